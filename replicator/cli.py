@@ -1,0 +1,76 @@
+"""`stream-replicator` command line."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from replicator.config import Config, ConfigError, load_config
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Copy NATS JetStream streams between independent clusters, on Apache Spark.",
+)
+
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Replicator YAML config (Choria format)")]
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"stream-replicator: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _load(path: Path) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as e:
+        _fail(str(e))
+        raise AssertionError from None  # unreachable
+
+
+@app.command()
+def validate(config: ConfigOpt) -> None:
+    """Check a config file without connecting to anything."""
+    cfg = _load(config)
+    for s in cfg.streams:
+        mode = "sampling" if s.sampling else "copy"
+        typer.echo(f"{s.name}: {s.stream} -> {s.target_stream} ({mode})")
+    typer.echo(f"{config}: ok ({len(cfg.streams)} stream{'s' if len(cfg.streams) != 1 else ''})")
+
+
+@app.command()
+def run(
+    config: ConfigOpt,
+    stream: Annotated[str | None, typer.Option(help="Run only this stream (its name or stream)")] = None,
+    spark_master: Annotated[
+        str | None, typer.Option("--spark-master", help="Spark master URL, e.g. spark://host:7077")
+    ] = None,
+) -> None:
+    """Replicate every configured stream (or one) until SIGINT/SIGTERM."""
+    cfg = _load(config)
+    try:
+        streams = [cfg.stream_named(stream)] if stream else list(cfg.streams)
+    except ConfigError as e:
+        _fail(str(e))
+        return
+    from replicator.logs import setup_logging
+    from replicator.runner import Runner
+
+    setup_logging(cfg.loglevel, cfg.logfile)
+    runner = Runner(cfg, streams, spark_master)
+    signal.signal(signal.SIGTERM, runner.request_stop)
+    signal.signal(signal.SIGINT, runner.request_stop)
+    sys.exit(runner.run())
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

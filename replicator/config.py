@@ -1,0 +1,298 @@
+"""Configuration in the Choria Stream Replicator's YAML format, validated with pydantic.
+
+Every problem becomes one line that names the key and says how to fix it (`ConfigError`).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from replicator.durations import parse_duration
+
+
+class ConfigError(ValueError):
+    """A configuration problem, as one line naming the key and the fix."""
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TLSConfig(_Strict):
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.ca or self.cert or self.key)
+
+    @model_validator(mode="after")
+    def _pair(self) -> TLSConfig:
+        if bool(self.cert) != bool(self.key):
+            raise ValueError("cert and key must be given together")
+        for label, path in (("ca", self.ca), ("cert", self.cert), ("key", self.key)):
+            if path and not Path(path).is_file():
+                raise ValueError(f"{label} file {path!r} does not exist")
+        return self
+
+
+class AdvisoryConfig(_Strict):
+    subject: str
+    reliable: bool = False
+
+    @field_validator("subject")
+    @classmethod
+    def _subject(cls, v: str) -> str:
+        if not v or " " in v:
+            raise ValueError("must be a NATS subject; %s is replaced by the event, %v by the value")
+        return v
+
+
+class StreamConfig(_Strict):
+    """One replicated stream (an entry of `streams:`)."""
+
+    name: str = ""
+    stream: str
+    source_url: str
+    target_url: str
+    target_stream: str = ""
+    target_subject_prefix: str = ""
+    target_subject_remove: str = ""
+    filter_subject: str = ""
+    start_sequence: int = Field(default=0, ge=0)
+    start_time: datetime | None = None
+    start_delta: Duration | None = None
+    start_at_end: bool = False
+    max_age: Duration | None = None
+    no_target_create: bool = False
+    tls: TLSConfig | None = None
+    source_tls: TLSConfig | None = None
+    target_tls: TLSConfig | None = None
+    # Sampling and advisories (see the sampling issue): accepted and validated here.
+    inspect_field: str = ""
+    inspect_header: str = ""
+    inspect_subject_token: int = 0
+    inspect_duration: Duration | None = None
+    warn_duration: Duration | None = None
+    size_trigger: float = Field(default=0, ge=0)
+    inspect_force_field: str = ""
+    advisory: AdvisoryConfig | None = None
+    leader_election_name: str = ""
+    # Extensions of this replicator (not in the Choria format).
+    ordering: Literal["strict", "subject"] = "strict"
+    batch_max_messages: int = Field(default=10_000, ge=1, le=1_000_000)
+
+    @field_validator("stream", "target_stream")
+    @classmethod
+    def _stream_name(cls, v: str) -> str:
+        if v and not _NAME.match(v):
+            raise ValueError(f"{v!r} is not a valid stream name (letters, digits, - and _ only)")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _config_name(cls, v: str) -> str:
+        if v and " " in v:
+            raise ValueError(f"{v!r} must not contain spaces (it goes in the Choria-SR-Source header)")
+        return v
+
+    @field_validator("source_url", "target_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        from replicator.nats.urls import parse_nats_url
+
+        parse_nats_url(v)  # raises ValueError with the reason
+        return v
+
+    @field_validator("start_time", mode="before")
+    @classmethod
+    def _start_time(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return datetime.fromisoformat(v.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError(f"{v!r} is not an RFC3339 time, e.g. 2024-01-02T15:04:05Z") from None
+        return v
+
+    @field_validator("inspect_subject_token")
+    @classmethod
+    def _token(cls, v: int) -> int:
+        if v < -1:
+            raise ValueError("must be a 1-based token number, -1 for the whole subject, or 0 for off")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StreamConfig:
+        if self.start_time is not None and self.start_time.tzinfo is None:
+            self.start_time = self.start_time.replace(tzinfo=UTC)
+        starts = [
+            k
+            for k, on in (
+                ("start_sequence", self.start_sequence > 0),
+                ("start_time", self.start_time is not None),
+                ("start_delta", self.start_delta is not None),
+                ("start_at_end", self.start_at_end),
+            )
+            if on
+        ]
+        if len(starts) > 1:
+            raise ValueError(f"only one of {', '.join(starts)} may be set: pick one start position")
+        modes = [
+            k
+            for k, on in (
+                ("inspect_field", bool(self.inspect_field)),
+                ("inspect_header", bool(self.inspect_header)),
+                ("inspect_subject_token", self.inspect_subject_token != 0),
+            )
+            if on
+        ]
+        if len(modes) > 1:
+            raise ValueError(f"only one inspection mode can be set per stream, got {', '.join(modes)}")
+        if modes and self.inspect_duration is None:
+            raise ValueError(f"{modes[0]} needs inspect_duration (e.g. 1h): how often to copy each sender")
+        if not modes:
+            for key in ("inspect_duration", "warn_duration", "advisory", "inspect_force_field"):
+                if getattr(self, key):
+                    raise ValueError(
+                        f"{key} needs an inspection mode: set inspect_field, inspect_header "
+                        "or inspect_subject_token"
+                    )
+            if self.size_trigger:
+                raise ValueError("size_trigger needs an inspection mode: set inspect_field, ...")
+        if self.inspect_duration is not None:
+            if self.inspect_duration <= timedelta(0):
+                raise ValueError("inspect_duration must be positive")
+            if self.warn_duration is None:
+                self.warn_duration = self.inspect_duration / 2
+            elif self.warn_duration >= self.inspect_duration:
+                raise ValueError("warn_duration must be shorter than inspect_duration")
+        if self.leader_election_name:
+            raise ValueError(
+                "leader_election_name is not supported: run one replicator per stream "
+                "(Spark's checkpoint keeps a single writer); remove the key"
+            )
+        return self
+
+    @property
+    def sampling(self) -> bool:
+        return bool(self.inspect_field or self.inspect_header or self.inspect_subject_token)
+
+
+class Config(_Strict):
+    """The whole file."""
+
+    name: str
+    streams: list[StreamConfig] = Field(min_length=1)
+    state_store: str = ""
+    monitor_port: int = Field(default=0, ge=0, le=65535)
+    loglevel: Literal["debug", "info", "warn", "warning", "error"] = "info"
+    logfile: str = ""
+    tls: TLSConfig | None = None
+    # Extensions: where the Spark job runs, and extra Spark settings.
+    spark_master: str = "local[*]"
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v or " " in v:
+            raise ValueError("must be a non-empty name without spaces, e.g. dc1_replicator")
+        return v
+
+    @model_validator(mode="after")
+    def _defaults(self) -> Config:
+        seen: set[tuple[str, str]] = set()
+        for s in self.streams:
+            if not s.name:
+                s.name = self.name
+            if not s.target_stream:
+                s.target_stream = s.stream
+            if s.tls is None:
+                s.tls = self.tls
+            if s.source_tls is None:
+                s.source_tls = s.tls
+            if s.target_tls is None:
+                s.target_tls = s.tls
+            key = (s.stream, s.name)
+            if key in seen:
+                raise ValueError(
+                    f"duplicate stream configuration name {s.name!r} for stream {s.stream!r}: "
+                    "give each entry its own name"
+                )
+            seen.add(key)
+        return self
+
+    def stream_named(self, name: str) -> StreamConfig:
+        for s in self.streams:
+            if name in (s.name, s.stream):
+                return s
+        known = ", ".join(sorted({s.name for s in self.streams}))
+        raise ConfigError(f"--stream {name!r} is not configured: choose one of {known}")
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = _location(first["loc"]) or "config"
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key: remove it or check its spelling against the Choria Stream Replicator keys"
+    elif first["type"] == "missing":
+        msg = "is required"
+    more = len(err.errors()) - 1
+    return f"{where}: {msg}" + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")
+
+
+def parse_config(data: Any, base_dir: Path | None = None) -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError("config: expected a YAML mapping with name and streams at the top level")
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_one_line(e)) from None
+    if not cfg.state_store:
+        cfg.state_store = str((base_dir or Path.cwd()) / "state")
+    return cfg
+
+
+def load_config(path: str | Path) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read config file: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{p}:{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
+    return parse_config(data, base_dir=p.resolve().parent)

@@ -1,0 +1,65 @@
+"""Prometheus metrics, named like the Choria Stream Replicator's where the meaning matches
+(`choria_stream_replicator_replicator_*`, labels stream/replicator/worker)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+LABELS = ("stream", "replicator", "worker")
+_NS = "choria_stream_replicator_replicator"
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(f"{_NS}_{name}", doc, LABELS, registry=registry)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(f"{_NS}_{name}", doc, LABELS, registry=registry)
+
+        self.received_msgs = counter("total_messages", "Messages read from the source, including skipped ones")
+        self.received_bytes = counter("total_bytes", "Payload bytes read from the source")
+        self.copied_msgs = counter("copied_messages", "Messages copied to the target")
+        self.copied_bytes = counter("copied_bytes", "Payload bytes copied to the target")
+        self.skipped_msgs = counter("skipped_messages", "Messages not copied (sampling, or already copied)")
+        self.skipped_bytes = counter("skipped_bytes", "Payload bytes not copied")
+        self.too_old = counter("too_old_messages", "Messages skipped for being older than max_age")
+        self.duplicates = counter("duplicate_messages", "Copies the target dropped as duplicates (replays)")
+        self.errors = counter("handler_error_count", "Batches that failed and were retried")
+        self.lag = gauge("stream_lag_messages", "Last source sequence minus last copied sequence")
+        self.sequence = gauge("stream_sequence", "Last source sequence processed")
+        self.batch_seconds = Histogram(
+            f"{_NS}_batch_duration_seconds",
+            "Time to process one micro-batch (read, decide, publish, acknowledged)",
+            LABELS,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=registry,
+        )
+
+
+_METRICS: Metrics | None = None
+
+
+def metrics() -> Metrics:
+    """The process-wide metrics (created once: prometheus names are global)."""
+    global _METRICS
+    if _METRICS is None:
+        _METRICS = Metrics()
+    return _METRICS
+
+
+@dataclass(frozen=True)
+class MetricLabels:
+    stream: str
+    replicator: str
+    worker: str
+
+    def of(self, metric: Counter | Gauge | Histogram) -> Counter | Gauge | Histogram:
+        return metric.labels(self.stream, self.replicator, self.worker)
+
+
+def serve(port: int) -> None:
+    if port:
+        start_http_server(port, addr="0.0.0.0")

@@ -1,0 +1,1 @@
+"""NATS I/O: connection options, JetStream stream management and fast reads."""

@@ -1,0 +1,364 @@
+"""JetStream operations the replicator needs: stream state, start positions, the target stream,
+reading sequence ranges fast, and finding where an earlier run stopped copying."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import ConsumerConfig, StreamConfig, StreamInfo
+from nats.js.errors import APIError, NotFoundError
+
+from replicator.headers import DIRECT_GET_HEADERS, SOURCE_HEADER, parse_source_header
+from replicator.nats.timestamps import rfc3339_to_ns
+from replicator.subjects import rewrite_subject
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class RawMessage:
+    """One stored message, as read from the source stream."""
+
+    seq: int
+    subject: str
+    ts_ns: int
+    headers: dict[str, str] | None
+    data: bytes
+
+
+async def stream_info(nc: Client, stream: str) -> StreamInfo | None:
+    try:
+        return await nc.jetstream().stream_info(stream)
+    except NotFoundError:
+        return None
+
+
+async def wait_for_stream(
+    nc: Client, stream: str, where: str, stop: Callable[[], bool] = lambda: False, interval: float = 2.0
+) -> StreamInfo | None:
+    """Wait, logging, until `stream` exists; None if `stop()` became true first."""
+    logged = False
+    while not stop():
+        try:
+            info = await stream_info(nc, stream)
+        except (NoRespondersError, NatsTimeoutError, APIError) as e:
+            info = None
+            if not logged:
+                log.warning("JetStream on %s is not answering (%s); waiting", where, e)
+        if info is not None:
+            if logged:
+                log.info("source stream %s on %s now exists", stream, where)
+            return info
+        if not logged:
+            log.warning("source stream %s does not exist on %s yet; waiting for it to be created", stream, where)
+            logged = True
+        await asyncio.sleep(interval)
+    return None
+
+
+async def sequence_at_time(nc: Client, stream: str, when: datetime, direct: bool) -> int | None:
+    """First sequence stored at or after `when`, None if there is none yet."""
+    stamp = when.isoformat().replace("+00:00", "Z")
+    subject = f"$JS.API.DIRECT.GET.{stream}" if direct else f"$JS.API.STREAM.MSG.GET.{stream}"
+    resp = await nc.request(subject, json.dumps({"start_time": stamp}).encode(), timeout=10)
+    if direct:
+        if resp.headers and resp.headers.get("Status"):
+            return None
+        return int(resp.headers["Nats-Sequence"]) if resp.headers else None
+    body = json.loads(resp.data)
+    if "error" in body:
+        return None
+    return int(body["message"]["seq"])
+
+
+def target_stream_config(source: StreamConfig, name: str, prefix: str, remove: str) -> StreamConfig:
+    """The target's configuration derived from the source's: same limits and storage, subjects
+    rewritten like the messages, no mirror/sources, direct get on (the replicator reads its tail)."""
+    subjects = [rewrite_subject(s, prefix, remove) for s in (source.subjects or [])]
+    return StreamConfig(
+        name=name,
+        subjects=subjects or None,
+        retention=source.retention,
+        max_consumers=source.max_consumers,
+        max_msgs=source.max_msgs,
+        max_bytes=source.max_bytes,
+        discard=source.discard,
+        max_age=source.max_age,
+        max_msgs_per_subject=source.max_msgs_per_subject,
+        max_msg_size=source.max_msg_size,
+        storage=source.storage,
+        num_replicas=source.num_replicas,
+        duplicate_window=source.duplicate_window or 120,
+        allow_direct=True,
+        allow_rollup_hdrs=source.allow_rollup_hdrs,
+        deny_delete=source.deny_delete,
+        deny_purge=source.deny_purge,
+        compression=source.compression,
+    )
+
+
+async def ensure_target_stream(
+    target: Client, source_info: StreamInfo, name: str, prefix: str, remove: str, create: bool
+) -> StreamInfo:
+    info = await stream_info(target, name)
+    if info is not None:
+        return info
+    if not create:
+        raise RuntimeError(
+            f"target stream {name} does not exist and no_target_create is set: create it on the target "
+            "cluster or unset no_target_create"
+        )
+    cfg = target_stream_config(source_info.config, name, prefix, remove)
+    js = target.jetstream()
+    try:
+        info = await js.add_stream(cfg)
+    except APIError as e:
+        # A 3-replica source copied to a smaller target cluster: fall back to one replica.
+        if (cfg.num_replicas or 1) > 1 and ("insufficient resources" in str(e).lower() or e.err_code == 10074):
+            log.warning("target cannot hold %d replicas of %s (%s); creating it with 1", cfg.num_replicas, name, e)
+            cfg.num_replicas = 1
+            info = await js.add_stream(cfg)
+        else:
+            raise
+    log.info("created target stream %s (subjects %s)", name, cfg.subjects)
+    return info
+
+
+def _clean_headers(h: dict[str, str] | None) -> dict[str, str] | None:
+    if not h:
+        return None
+    out = {k: v for k, v in h.items() if k not in DIRECT_GET_HEADERS and not isinstance(k, type(None))}
+    return out or None
+
+
+class DirectReader:
+    """Reads `[start, end)` of a stream with batched direct gets (`{"seq": s, "batch": n}`).
+
+    Direct gets may be answered by a replica that is a little behind; whatever they cannot give
+    is read from the stream leader (`STREAM.MSG.GET`), so a range is always read completely.
+    """
+
+    def __init__(self, nc: Client, stream: str, filter_subject: str = "", chunk: int = 2000):
+        self.nc = nc
+        self.stream = stream
+        self.filter_subject = filter_subject
+        self.chunk = chunk
+
+    async def _batch(self, seq: int, n: int) -> tuple[list[RawMessage], int]:
+        """One batched direct get; returns messages and the server's pending count after them."""
+        req: dict[str, object] = {"seq": seq, "batch": n}
+        if self.filter_subject:
+            req["next_by_subj"] = self.filter_subject
+        inbox = self.nc.new_inbox()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[int] = loop.create_future()
+        out: list[RawMessage] = []
+
+        async def on_msg(m: Msg) -> None:
+            h = m.headers
+            status = h.get("Status") if h else None
+            if status:
+                if not done.done():
+                    done.set_result(int(h.get("Nats-Num-Pending", "0")) if status == "204" else 0)
+                return
+            assert h is not None
+            out.append(
+                RawMessage(
+                    seq=int(h["Nats-Sequence"]),
+                    subject=h["Nats-Subject"],
+                    ts_ns=rfc3339_to_ns(h["Nats-Time-Stamp"]),
+                    headers=_clean_headers(h),
+                    data=m.data,
+                )
+            )
+
+        sub = await self.nc.subscribe(inbox, cb=on_msg)
+        try:
+            await self.nc.publish(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(req).encode(), reply=inbox)
+            pending = await asyncio.wait_for(done, timeout=30)
+        finally:
+            await sub.unsubscribe()
+        return out, pending
+
+    async def _leader_get(self, seq: int) -> RawMessage | None:
+        req: dict[str, object] = {"seq": seq}
+        if self.filter_subject:
+            req["next_by_subj"] = self.filter_subject
+        resp = await self.nc.request(f"$JS.API.STREAM.MSG.GET.{self.stream}", json.dumps(req).encode(), timeout=10)
+        body = json.loads(resp.data)
+        if "error" in body:
+            if body["error"].get("code") == 404:
+                return None
+            raise APIError.from_error(body["error"])
+        m = body["message"]
+        import base64
+
+        raw_hdr = base64.b64decode(m["hdrs"]) if m.get("hdrs") else b""
+        headers = _parse_raw_headers(raw_hdr)
+        return RawMessage(
+            seq=int(m["seq"]),
+            subject=m["subject"],
+            ts_ns=rfc3339_to_ns(m["time"]),
+            headers=headers,
+            data=base64.b64decode(m.get("data") or ""),
+        )
+
+    async def read(self, start: int, end: int) -> list[list[RawMessage]]:
+        """All messages with start <= seq < end, in sequence order, in chunks."""
+        chunks: list[list[RawMessage]] = []
+        seq = start
+        while seq < end:
+            msgs, pending = await self._batch(seq, min(self.chunk, end - seq))
+            msgs = [m for m in msgs if m.seq < end]
+            if msgs:
+                chunks.append(msgs)
+                seq = msgs[-1].seq + 1
+                continue
+            # Nothing from the replica that answered: ask the leader, which is authoritative.
+            m = await self._leader_get(seq)
+            if m is None or m.seq >= end:
+                break
+            chunks.append([m])
+            seq = m.seq + 1
+        return chunks
+
+
+class ConsumerReader:
+    """Fallback for source streams without `allow_direct`: an ephemeral, unacknowledged pull
+    consumer from the range start."""
+
+    def __init__(self, nc: Client, stream: str, filter_subject: str = "", chunk: int = 1000):
+        self.nc = nc
+        self.stream = stream
+        self.filter_subject = filter_subject
+        self.chunk = chunk
+
+    async def read(self, start: int, end: int) -> list[list[RawMessage]]:
+        from nats.js.api import AckPolicy, DeliverPolicy
+
+        js = self.nc.jetstream()
+        cfg = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start,
+            ack_policy=AckPolicy.NONE,
+            filter_subject=self.filter_subject or None,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        sub = await js.pull_subscribe(self.filter_subject or ">", durable=None, stream=self.stream, config=cfg)
+        chunks: list[list[RawMessage]] = []
+        try:
+            seq = start
+            while seq < end:
+                try:
+                    got = await sub.fetch(min(self.chunk, end - seq), timeout=2)
+                except NatsTimeoutError:
+                    info = await stream_info(self.nc, self.stream)
+                    if info is None or info.state.last_seq < seq:
+                        break
+                    continue
+                batch = []
+                for m in got:
+                    md = m.metadata
+                    s = md.sequence.stream
+                    if s >= end:
+                        seq = end
+                        break
+                    batch.append(
+                        RawMessage(
+                            seq=s,
+                            subject=m.subject,
+                            ts_ns=int(md.timestamp.timestamp() * 1e9),
+                            headers=dict(m.headers) if m.headers else None,
+                            data=m.data,
+                        )
+                    )
+                    seq = s + 1
+                if batch:
+                    chunks.append(batch)
+        finally:
+            await sub.unsubscribe()
+        return chunks
+
+
+def _parse_raw_headers(raw: bytes) -> dict[str, str] | None:
+    if not raw:
+        return None
+    lines = raw.decode("utf-8", "replace").split("\r\n")[1:]
+    out: dict[str, str] = {}
+    for line in lines:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            out[k.strip()] = v.strip()
+    return out or None
+
+
+async def find_last_copied(
+    target: Client,
+    target_stream: str,
+    source_stream: str,
+    replicator: str,
+    config_name: str,
+    scan_limit: int = 10_000,
+) -> int:
+    """The highest source sequence this replicator already copied into the target, from the
+    `Choria-SR-Source` headers at the target's tail; 0 when none is found within `scan_limit`
+    messages (a target shared with other replicators interleaves their copies)."""
+    info = await stream_info(target, target_stream)
+    if info is None or info.state.messages == 0:
+        return 0
+    last = info.state.last_seq
+    first = max(info.state.first_seq, last - scan_limit + 1, 1)
+    reader = DirectReader(target, target_stream, chunk=1000) if info.config.allow_direct else None
+    hi = last
+    while hi >= first:
+        lo = max(first, hi - 999)
+        if reader is not None:
+            chunks = await reader.read(lo, hi + 1)
+            msgs = [m for c in chunks for m in c]
+        else:
+            msgs = []
+            for s in range(lo, hi + 1):
+                m = await DirectReader(target, target_stream)._leader_get(s)
+                if m is not None and m.seq == s:
+                    msgs.append(m)
+        for m in reversed(msgs):
+            mark = parse_source_header((m.headers or {}).get(SOURCE_HEADER))
+            if mark and mark.stream == source_stream and mark.replicator == replicator and mark.config_name == config_name:
+                return mark.sequence
+        hi = lo - 1
+    return 0
+
+
+def start_sequence_for(
+    info: StreamInfo,
+    start_sequence: int,
+    start_at_end: bool,
+    at_time: int | None,
+) -> int:
+    """The first sequence to read on a fresh start (no checkpoint)."""
+    if start_at_end:
+        return info.state.last_seq + 1
+    if at_time is not None:
+        return at_time
+    if start_sequence > 0:
+        return start_sequence
+    return max(info.state.first_seq, 1)
+
+
+def as_start_time(start_time: datetime | None, start_delta: timedelta | None, now: datetime) -> datetime | None:
+    if start_time is not None:
+        return start_time
+    if start_delta is not None:
+        return now - start_delta
+    return None

@@ -1,0 +1,165 @@
+"""One configured stream: prepare the servers, then run its Spark query (source -> ordered sink)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from replicator.aio import LoopThread
+from replicator.config import Config, StreamConfig
+from replicator.metrics import metrics
+from replicator.nats.connect import open_connection
+from replicator.nats.jetstream import (
+    as_start_time,
+    ensure_target_stream,
+    find_last_copied,
+    stream_info,
+    wait_for_stream,
+)
+from replicator.nats.urls import parse_nats_url
+from replicator.spark.sink import OrderedSink, SinkSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_dir(cfg: Config, s: StreamConfig) -> Path:
+    return Path(cfg.state_store) / f"{s.stream}_{s.name}" / "checkpoint"
+
+
+class StreamReplication:
+    def __init__(self, cfg: Config, scfg: StreamConfig, loop: LoopThread) -> None:
+        self.cfg = cfg
+        self.s = scfg
+        self.loop = loop
+        self.sink: OrderedSink | None = None
+        self.query: StreamingQuery | None = None
+        self._source_nc: Any = None
+        self._start_time: datetime | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.s.stream}/{self.s.name}"
+
+    def prepare(self, stop: Callable[[], bool]) -> bool:
+        """Wait for the source stream, make sure the target exists, find where we stopped.
+        False if asked to stop while waiting."""
+        return self.loop.run(self._prepare(stop))
+
+    async def _prepare(self, stop: Callable[[], bool]) -> bool:
+        s = self.s
+        src_where = parse_nats_url(s.source_url).redacted()
+        self._source_nc = await open_connection(s.source_url, s.source_tls, name=f"sr-source-{s.name}")
+        info = await wait_for_stream(self._source_nc, s.stream, src_where, stop)
+        if info is None:
+            return False
+        target = await open_connection(s.target_url, s.target_tls, name=f"sr-target-setup-{s.name}")
+        try:
+            await ensure_target_stream(
+                target,
+                info,
+                s.target_stream,
+                s.target_subject_prefix,
+                s.target_subject_remove,
+                create=not s.no_target_create,
+            )
+            floor = await find_last_copied(target, s.target_stream, s.stream, self.cfg.name, s.name)
+        finally:
+            await target.close()
+        if floor and floor > info.state.last_seq:
+            log.warning(
+                "%s: the target holds copies up to source sequence %d but the source ends at %d: the "
+                "source stream was recreated; copying it again from its start",
+                self.label, floor, info.state.last_seq,
+            )
+            floor = 0
+        if floor:
+            log.info("%s: target already holds source sequences up to %d; resuming after it", self.label, floor)
+        created = int(info.created.timestamp()) if info.created else 0
+        self._start_time = as_start_time(s.start_time, s.start_delta, datetime.now(UTC))
+        self.sink = OrderedSink(
+            SinkSettings(
+                target_url=s.target_url,
+                target_stream=s.target_stream,
+                source_stream=s.stream,
+                replicator=self.cfg.name,
+                config_name=s.name,
+                stream_identity=f"{self.cfg.name}.{s.name}.{s.stream}.{created}",
+                subject_prefix=s.target_subject_prefix,
+                subject_remove=s.target_subject_remove,
+                max_age_seconds=s.max_age.total_seconds() if s.max_age else None,
+                tls=s.target_tls,
+            ),
+            self.loop,
+            floor=floor,
+        )
+        return True
+
+    def reader_options(self) -> dict[str, str]:
+        s = self.s
+        opts = {
+            "url": s.source_url,
+            "stream": s.stream,
+            "filter_subject": s.filter_subject,
+            "max_messages_per_batch": str(s.batch_max_messages),
+            "min_start_sequence": str((self.sink.floor + 1) if self.sink and self.sink.floor else 0),
+        }
+        if s.start_at_end:
+            opts["start_at_end"] = "true"
+        elif self._start_time is not None:
+            opts["start_time"] = self._start_time.isoformat()
+        elif s.start_sequence:
+            opts["start_sequence"] = str(s.start_sequence)
+        tls = s.source_tls
+        if tls is not None and tls.enabled:
+            opts.update({"tls_ca": tls.ca, "tls_cert": tls.cert, "tls_key": tls.key})
+        return opts
+
+    def start(self, spark: SparkSession) -> StreamingQuery:
+        assert self.sink is not None, "prepare() first"
+        ckpt = checkpoint_dir(self.cfg, self.s)
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        df = spark.readStream.format("nats-jetstream").options(**self.reader_options()).load()
+        self.query = (
+            df.writeStream.foreachBatch(self.sink)
+            .queryName(f"sr_{self.s.stream}_{self.s.name}")
+            .option("checkpointLocation", str(ckpt))
+            .start()
+        )
+        log.info("%s: replicating to %s (checkpoint %s)", self.label, self.s.target_stream, ckpt)
+        return self.query
+
+    def update_lag(self) -> int | None:
+        """Source lag (last stream sequence - last copied sequence), also set as a metric."""
+        if self._source_nc is None or self.sink is None:
+            return None
+        try:
+            info = self.loop.run(stream_info(self._source_nc, self.s.stream), 5)
+        except Exception:
+            return None
+        if info is None:
+            return None
+        lag = max(0, int(info.state.last_seq) - self.sink.floor)
+        self.sink.labels.of(metrics().lag).set(lag)
+        return lag
+
+    def stop(self) -> None:
+        if self.query is not None:
+            try:
+                self.query.stop()
+            except Exception as e:  # a failed query may already be gone
+                log.debug("%s: stopping query: %s", self.label, e)
+        if self.sink is not None:
+            self.sink.close()
+        if self._source_nc is not None:
+            try:
+                self.loop.run(self._source_nc.close(), 5)
+            except Exception as e:
+                log.debug("%s: closing source: %s", self.label, e)
+            self._source_nc = None

@@ -1,0 +1,97 @@
+"""Runs configured streams until asked to stop; restarts a failed query from its checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from replicator.aio import LoopThread
+from replicator.config import Config, StreamConfig
+from replicator.metrics import metrics, serve
+from replicator.replication import StreamReplication
+from replicator.spark.session import build_session
+
+log = logging.getLogger(__name__)
+
+STOP_DEADLINE_S = 25.0
+
+
+class Runner:
+    def __init__(self, cfg: Config, streams: list[StreamConfig], spark_master: str | None = None) -> None:
+        self.cfg = cfg
+        self.streams = streams
+        self.master = spark_master or cfg.spark_master
+        self.stop_event = threading.Event()
+        self.loop = LoopThread()
+        self.replications = [StreamReplication(cfg, s, self.loop) for s in streams]
+        self.spark = None
+
+    def request_stop(self, *_: object) -> None:
+        if not self.stop_event.is_set():
+            log.info("stop requested; finishing the current batches")
+        self.stop_event.set()
+
+    def run(self, on_progress: Callable[[Runner], None] | None = None) -> int:
+        serve(self.cfg.monitor_port)
+        if self.cfg.monitor_port:
+            log.info("metrics on http://0.0.0.0:%d/metrics", self.cfg.monitor_port)
+        for r in self.replications:
+            if not r.prepare(self.stop_event.is_set):
+                return 0
+        log.info("starting Spark (%s)", self.master)
+        self.spark = build_session(self.master, f"stream-replicator-{self.cfg.name}", self.cfg.spark_conf)
+        # PySpark installs its own SIGINT handler when the context starts; ours must win.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self.request_stop)
+            signal.signal(signal.SIGTERM, self.request_stop)
+        backoff: dict[str, float] = {}
+        for r in self.replications:
+            r.start(self.spark)
+        try:
+            while not self.stop_event.wait(1.0):
+                for r in self.replications:
+                    self._supervise(r, backoff)
+                    r.update_lag()
+                if on_progress:
+                    on_progress(self)
+        finally:
+            self.shutdown()
+        return 0
+
+    def _supervise(self, r: StreamReplication, backoff: dict[str, float]) -> None:
+        q = r.query
+        if q is None or q.isActive:
+            return
+        err = q.exception()
+        assert r.sink is not None
+        r.sink.labels.of(metrics().errors).inc()
+        wait = min(30.0, backoff.get(r.label, 0.5) * 2)
+        backoff[r.label] = wait
+        msg = str(err).strip().splitlines()[0] if err else "stopped"
+        log.error("%s: batch failed (%s); retrying from the checkpoint in %.0fs", r.label, msg, wait)
+        if self.stop_event.wait(wait):
+            return
+        assert self.spark is not None
+        r.start(self.spark)
+
+    def shutdown(self) -> None:
+        """Stop queries and Spark; bounded, so SIGTERM always ends the process in time."""
+        done = threading.Event()
+
+        def _stop() -> None:
+            for r in self.replications:
+                r.stop()
+            if self.spark is not None:
+                self.spark.stop()
+            self.loop.stop()
+            done.set()
+
+        threading.Thread(target=_stop, name="shutdown", daemon=True).start()
+        if not done.wait(STOP_DEADLINE_S):
+            log.error("clean stop took longer than %.0fs; exiting now", STOP_DEADLINE_S)
+            os._exit(1)
+        log.info("stopped")

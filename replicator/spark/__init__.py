@@ -1,0 +1,1 @@
+"""Spark side: the `nats-jetstream` data source, the ordered sink, and session setup."""

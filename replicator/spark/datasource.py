@@ -1,0 +1,240 @@
+"""`nats-jetstream`: a PySpark streaming data source that reads a JetStream stream.
+
+    spark.dataSource.register(NatsJetStreamDataSource)
+    df = (spark.readStream.format("nats-jetstream")
+          .option("url", "nats://127.0.0.1:4222").option("stream", "ORDERS").load())
+
+Offsets are stream sequences (`{"seq": next sequence to read}`) kept in Spark's checkpoint, so a
+restarted query re-reads exactly the ranges it had not committed. Each micro-batch covers
+`[start, end)`; the range is split into contiguous sub-ranges read in parallel by Spark tasks,
+and the partitions come back in sequence order, so `collect()`/`toArrow()` of a batch is in
+source order.
+
+Options: url (required), stream (required), filter_subject, start_sequence, start_time
+(RFC3339), start_at_end, max_messages_per_batch (admission control; default 10000),
+parallelism (ranges per batch; default 2), min_partition_messages (default 2000),
+tls_ca/tls_cert/tls_key.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from replicator.config import TLSConfig
+
+log = logging.getLogger(__name__)
+
+SCHEMA_DDL = (
+    "stream STRING, seq BIGINT, subject STRING, timestamp TIMESTAMP, headers MAP<STRING, STRING>, data BINARY"
+)
+ARROW_SCHEMA = pa.schema(
+    [
+        ("stream", pa.string()),
+        ("seq", pa.int64()),
+        ("subject", pa.string()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("headers", pa.map_(pa.string(), pa.string())),
+        ("data", pa.binary()),
+    ]
+)
+
+
+class SequenceRange(InputPartition):
+    """Messages with start <= seq < end."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start = start
+        self.end = end
+        super().__init__((start, end))
+
+
+def split_range(start: int, end: int, parallelism: int, min_size: int) -> list[SequenceRange]:
+    """Contiguous sub-ranges in order; small ranges stay whole (a task costs more than it saves)."""
+    n = end - start
+    if n <= 0:
+        return []
+    parts = max(1, min(parallelism, n // max(min_size, 1)))
+    size = math.ceil(n / parts)
+    return [SequenceRange(s, min(s + size, end)) for s in range(start, end, size)]
+
+
+def _bool(v: str | None) -> bool:
+    return str(v).lower() in ("1", "true", "yes")
+
+
+def _tls(options: dict[str, str]) -> TLSConfig | None:
+    if not any(options.get(k) for k in ("tls_ca", "tls_cert", "tls_key")):
+        return None
+    return TLSConfig(ca=options.get("tls_ca", ""), cert=options.get("tls_cert", ""), key=options.get("tls_key", ""))
+
+
+def to_record_batch(stream: str, msgs: Sequence[Any]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([stream] * len(msgs), pa.string()),
+            pa.array([m.seq for m in msgs], pa.int64()),
+            pa.array([m.subject for m in msgs], pa.string()),
+            pa.array([m.ts_ns // 1000 for m in msgs], pa.timestamp("us", tz="UTC")),
+            pa.array(
+                [list(m.headers.items()) if m.headers else None for m in msgs],
+                pa.map_(pa.string(), pa.string()),
+            ),
+            pa.array([m.data for m in msgs], pa.binary()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+class NatsJetStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        try:
+            self.url = options["url"]
+            self.stream = options["stream"]
+        except KeyError as e:
+            raise ValueError(f"nats-jetstream: option {e.args[0]!r} is required") from None
+        self.filter_subject = options.get("filter_subject", "")
+        self.start_sequence = int(options.get("start_sequence", "0") or 0)
+        self.start_time = options.get("start_time") or None
+        self.start_at_end = _bool(options.get("start_at_end"))
+        # Never start below this (the replicator passes 1 + the last sequence already copied).
+        self.min_start_sequence = int(options.get("min_start_sequence", "0") or 0)
+        self.max_per_batch = int(options.get("max_messages_per_batch", "10000"))
+        if self.max_per_batch < 1:
+            raise ValueError("nats-jetstream: max_messages_per_batch must be at least 1")
+        self.parallelism = max(1, int(options.get("parallelism", "2")))
+        self.min_partition = max(1, int(options.get("min_partition_messages", "2000")))
+        self.chunk = max(1, int(options.get("read_chunk", "2000")))
+        self.tls = _tls(options)
+        self._direct: bool | None = None
+        self._warned_reset = False
+        self._loop: Any = None
+        self._nc: Any = None
+
+    # The planner side (initialOffset/latestOffset/partitions) keeps one connection on a loop
+    # thread; tasks get a pickled copy without it (a live connection cannot be pickled).
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_loop"] = None
+        state["_nc"] = None
+        return state
+
+    def _conn(self) -> tuple[Any, Any]:
+        if self._nc is None or self._nc.is_closed:
+            from replicator.aio import LoopThread
+            from replicator.nats.connect import open_connection
+
+            if self._loop is None:
+                self._loop = LoopThread("nats-jetstream-planner")
+            self._nc = self._loop.run(open_connection(self.url, self.tls, name=f"sr-planner-{self.stream}"), 60)
+        return self._loop, self._nc
+
+    def _info(self) -> Any:
+        from replicator.nats.jetstream import stream_info
+
+        loop, nc = self._conn()
+        info = loop.run(stream_info(nc, self.stream), 30)
+        if info is None:
+            raise RuntimeError(f"nats-jetstream: stream {self.stream} does not exist on {self.url}")
+        self._direct = bool(info.config.allow_direct)
+        return info
+
+    def initialOffset(self) -> dict:
+        return {"seq": max(self._configured_start(), self.min_start_sequence)}
+
+    def _configured_start(self) -> int:
+        from replicator.nats.jetstream import sequence_at_time
+
+        info = self._info()
+        if self.start_at_end:
+            return int(info.state.last_seq) + 1
+        if self.start_time:
+            loop, nc = self._conn()
+            when = datetime.fromisoformat(self.start_time.replace("Z", "+00:00"))
+            seq = loop.run(sequence_at_time(nc, self.stream, when, bool(self._direct)), 30)
+            return seq if seq is not None else int(info.state.last_seq) + 1
+        return max(self.start_sequence, int(info.state.first_seq), 1)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_per_batch)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        info = self._info()
+        end = info.state.last_seq + 1
+        begin = int(start["seq"])
+        if end < begin and not self._warned_reset:
+            log.error(
+                "stream %s ends at sequence %d but this query already read up to %d: the stream was "
+                "recreated; remove the checkpoint under state_store to copy it again",
+                self.stream, end - 1, begin - 1,
+            )
+            self._warned_reset = True
+        if end <= begin:
+            return start
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, begin + limit.max_rows)
+        elif not isinstance(limit, ReadAllAvailable):
+            end = min(end, begin + self.max_per_batch)
+        return {"seq": end}
+
+    def reportLatestOffset(self) -> dict | None:
+        return {"seq": self._info().state.last_seq + 1}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return split_range(int(start["seq"]), int(end["seq"]), self.parallelism, self.min_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SequenceRange)
+        import asyncio
+
+        from replicator.nats.connect import open_connection
+        from replicator.nats.jetstream import ConsumerReader, DirectReader, stream_info
+
+        async def fetch() -> list[list[Any]]:
+            nc = await open_connection(self.url, self.tls, name=f"sr-reader-{self.stream}")
+            try:
+                direct = self._direct
+                if direct is None:
+                    info = await stream_info(nc, self.stream)
+                    direct = bool(info and info.config.allow_direct)
+                reader_cls = DirectReader if direct else ConsumerReader
+                reader = reader_cls(nc, self.stream, self.filter_subject, self.chunk)
+                return await reader.read(partition.start, partition.end)
+            finally:
+                await nc.close()
+
+        for chunk in asyncio.run(fetch()):
+            yield to_record_batch(self.stream, chunk)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._nc is not None and self._loop is not None:
+            try:
+                self._loop.run(self._nc.close(), 5)
+            except Exception:  # closing a dead connection must not fail the query stop
+                pass
+            self._loop.stop()
+        self._nc = None
+        self._loop = None
+
+
+class NatsJetStreamDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "nats-jetstream"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return NatsJetStreamReader(dict(self.options))

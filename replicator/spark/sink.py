@@ -1,0 +1,188 @@
+"""The ordered sink: publishes each micro-batch to the target stream in source order.
+
+Used through `foreachBatch`: the batch is collected to the driver as Arrow (partitions come
+back in sequence order) and published on one connection with pipelined JetStream acks. The
+batch returns only when every message is acknowledged; any failure raises, so the micro-batch
+is not committed and is replayed. Replays are harmless: each copy carries a deterministic
+`Nats-Msg-Id` (the target's duplicate window drops it) and nothing at or below the highest
+sequence already in the target is published again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from nats.aio.client import Client
+from nats.js.api import PubAck
+
+from replicator.aio import LoopThread
+from replicator.config import TLSConfig
+from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, format_source_header, message_id
+from replicator.metrics import MetricLabels, metrics
+from replicator.nats.connect import open_connection
+from replicator.subjects import rewrite_subject
+
+log = logging.getLogger(__name__)
+
+
+class PublishError(RuntimeError):
+    pass
+
+
+@dataclass
+class BatchResult:
+    received: int = 0
+    received_bytes: int = 0
+    copied: int = 0
+    copied_bytes: int = 0
+    too_old: int = 0
+    already_copied: int = 0
+    duplicates: int = 0
+    last_seq: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class SinkSettings:
+    target_url: str
+    target_stream: str
+    source_stream: str
+    replicator: str
+    config_name: str
+    stream_identity: str
+    subject_prefix: str = ""
+    subject_remove: str = ""
+    max_age_seconds: float | None = None
+    tls: TLSConfig | None = None
+    max_pending: int = 4000
+    ack_timeout: float = 30.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class OrderedSink:
+    """Callable for `foreachBatch(sink)`; keeps its target connection across batches."""
+
+    def __init__(self, settings: SinkSettings, loop: LoopThread, floor: int = 0) -> None:
+        self.s = settings
+        self.loop = loop
+        # Highest source sequence known to be in the target: never published again.
+        self.floor = floor
+        self._nc: Client | None = None
+        self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
+        self.totals = BatchResult()
+        self.last_batch: BatchResult | None = None
+
+    async def _conn(self) -> Client:
+        if self._nc is None or self._nc.is_closed:
+            self._nc = await open_connection(
+                self.s.target_url, self.s.tls, name=f"sr-target-{self.s.config_name}"
+            )
+        return self._nc
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        started = time.monotonic()
+        table: pa.Table = batch_df.toArrow()
+        result = self.publish_table(table)
+        result.seconds = time.monotonic() - started
+        self._account(result)
+        log.debug("batch %d: %s", batch_id, result)
+
+    def publish_table(self, table: pa.Table, now: float | None = None) -> BatchResult:
+        r = BatchResult(received=table.num_rows)
+        if table.num_rows == 0:
+            return r
+        sizes = pc.binary_length(table.column("data"))
+        r.received_bytes = int(pc.sum(sizes).as_py() or 0)
+        seqs = table.column("seq")
+        r.last_seq = int(pc.max(seqs).as_py())
+        keep = pc.greater(seqs, self.floor)
+        r.already_copied = table.num_rows - int(pc.sum(keep).as_py() or 0)
+        if self.s.max_age_seconds is not None:
+            cutoff_us = int(((now or time.time()) - self.s.max_age_seconds) * 1e6)
+            fresh = pc.greater_equal(pc.cast(table.column("timestamp"), pa.int64()), cutoff_us)
+            r.too_old = int(pc.sum(pc.and_(keep, pc.invert(fresh))).as_py() or 0)
+            keep = pc.and_(keep, fresh)
+        todo = table.filter(keep)
+        if todo.num_rows:
+            # Source order is the contract; the batch is already ordered, but sorting costs
+            # little and protects against any upstream operator that reorders.
+            todo = todo.sort_by("seq")
+            acks = self.loop.run(self._publish(todo), timeout=None)
+            r.copied = todo.num_rows
+            r.copied_bytes = int(pc.sum(pc.binary_length(todo.column("data"))).as_py() or 0)
+            r.duplicates = sum(1 for a in acks if a.duplicate)
+        # Every row of the batch is now handled (copied, or deliberately skipped).
+        self.floor = max(self.floor, r.last_seq)
+        return r
+
+    async def _publish(self, table: pa.Table) -> list[PubAck]:
+        nc = await self._conn()
+        js = nc.jetstream(publish_async_max_pending=self.s.max_pending)
+        s = self.s
+        subjects = table.column("subject").to_pylist()
+        seqs = table.column("seq").to_pylist()
+        ts_ms = pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist()
+        headers = table.column("headers").to_pylist()
+        datas = table.column("data").to_pylist()
+        futures: list[asyncio.Future[PubAck]] = []
+        prefix, remove = s.subject_prefix, s.subject_remove
+        for subject, seq, ts, hdr, data in zip(subjects, seqs, ts_ms, headers, datas, strict=True):
+            h = dict(hdr) if hdr else {}
+            h[SOURCE_HEADER] = format_source_header(s.source_stream, seq, s.replicator, s.config_name, ts)
+            h[MSG_ID_HEADER] = message_id(s.stream_identity, seq)
+            fut = await js.publish_async(
+                rewrite_subject(subject, prefix, remove), data, headers=h, wait_stall=s.ack_timeout
+            )
+            futures.append(fut)
+        try:
+            acks = await asyncio.wait_for(asyncio.gather(*futures), timeout=s.ack_timeout)
+        except Exception as e:
+            for f in futures:
+                f.cancel()
+            raise PublishError(f"publishing to target stream {s.target_stream} failed: {e!r}") from e
+        for ack in acks:
+            if ack.stream != s.target_stream:
+                raise PublishError(
+                    f"subject mapped to stream {ack.stream}, not the target stream {s.target_stream}: "
+                    "check target_subject_prefix/target_subject_remove against the target's subjects"
+                )
+        return list(acks)
+
+    def _account(self, r: BatchResult) -> None:
+        m = metrics()
+        lab = self.labels
+        lab.of(m.received_msgs).inc(r.received)
+        lab.of(m.received_bytes).inc(r.received_bytes)
+        lab.of(m.copied_msgs).inc(r.copied)
+        lab.of(m.copied_bytes).inc(r.copied_bytes)
+        lab.of(m.skipped_msgs).inc(r.received - r.copied)
+        lab.of(m.skipped_bytes).inc(r.received_bytes - r.copied_bytes)
+        lab.of(m.too_old).inc(r.too_old)
+        lab.of(m.duplicates).inc(r.duplicates)
+        if r.last_seq:
+            lab.of(m.sequence).set(r.last_seq)
+        lab.of(m.batch_seconds).observe(r.seconds)
+        t = self.totals
+        t.received += r.received
+        t.received_bytes += r.received_bytes
+        t.copied += r.copied
+        t.copied_bytes += r.copied_bytes
+        t.too_old += r.too_old
+        t.already_copied += r.already_copied
+        t.duplicates += r.duplicates
+        t.last_seq = max(t.last_seq, r.last_seq)
+        self.last_batch = r
+
+    def close(self) -> None:
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                self.loop.run(self._nc.close(), 5)
+            except Exception as e:  # closing must not mask the reason we stop
+                log.debug("closing target connection: %s", e)
+        self._nc = None

@@ -1,0 +1,38 @@
+"""Shared fixtures: real NATS servers (see tests/nats_servers.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from nats_servers import NatsCluster, nats_cluster  # noqa: E402
+
+# Spark's Python workers must run this interpreter (the venv's), whatever PATH says.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+@pytest.fixture
+def nats_server() -> Iterator[NatsCluster]:
+    """A single JetStream server (the target side in most tests)."""
+    with nats_cluster(1, "target") as c:
+        yield c
+
+
+@pytest.fixture
+def source_server() -> Iterator[NatsCluster]:
+    """A second, independent single JetStream server."""
+    with nats_cluster(1, "source") as c:
+        yield c
+
+
+@pytest.fixture
+def source_cluster() -> Iterator[NatsCluster]:
+    """A 3-node JetStream cluster with routes (a data centre)."""
+    with nats_cluster(3, "dc1") as c:
+        yield c
