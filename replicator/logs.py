@@ -5,8 +5,13 @@ from __future__ import annotations
 import logging
 import sys
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "warning": logging.WARNING,
-           "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 def setup_logging(level: str = "info", logfile: str = "") -> None:

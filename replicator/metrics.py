@@ -19,7 +19,9 @@ class Metrics:
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(f"{_NS}_{name}", doc, LABELS, registry=registry)
 
-        self.received_msgs = counter("total_messages", "Messages read from the source, including skipped ones")
+        self.received_msgs = counter(
+            "total_messages", "Messages read from the source, including skipped ones"
+        )
         self.received_bytes = counter("total_bytes", "Payload bytes read from the source")
         self.copied_msgs = counter("copied_messages", "Messages copied to the target")
         self.copied_bytes = counter("copied_bytes", "Payload bytes copied to the target")

@@ -76,11 +76,15 @@ class StreamReplication:
             log.warning(
                 "%s: the target holds copies up to source sequence %d but the source ends at %d: the "
                 "source stream was recreated; copying it again from its start",
-                self.label, floor, info.state.last_seq,
+                self.label,
+                floor,
+                info.state.last_seq,
             )
             floor = 0
         if floor:
-            log.info("%s: target already holds source sequences up to %d; resuming after it", self.label, floor)
+            log.info(
+                "%s: target already holds source sequences up to %d; resuming after it", self.label, floor
+            )
         created = int(info.created.timestamp()) if info.created else 0
         self._start_time = as_start_time(s.start_time, s.start_delta, datetime.now(UTC))
         self.sink = OrderedSink(

@@ -6,7 +6,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 
 from replicator.aio import LoopThread

@@ -18,4 +18,3 @@ def rewrite_subject(subject: str, prefix: str = "", remove: str = "") -> str:
         out = out.replace(remove, "")
         out = _DOTS.sub(".", out).strip(".")
     return out
-

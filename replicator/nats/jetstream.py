@@ -59,7 +59,9 @@ async def wait_for_stream(
                 log.info("source stream %s on %s now exists", stream, where)
             return info
         if not logged:
-            log.warning("source stream %s does not exist on %s yet; waiting for it to be created", stream, where)
+            log.warning(
+                "source stream %s does not exist on %s yet; waiting for it to be created", stream, where
+            )
             logged = True
         await asyncio.sleep(interval)
     return None
@@ -123,8 +125,12 @@ async def ensure_target_stream(
         info = await js.add_stream(cfg)
     except APIError as e:
         # A 3-replica source copied to a smaller target cluster: fall back to one replica.
-        if (cfg.num_replicas or 1) > 1 and ("insufficient resources" in str(e).lower() or e.err_code == 10074):
-            log.warning("target cannot hold %d replicas of %s (%s); creating it with 1", cfg.num_replicas, name, e)
+        if (cfg.num_replicas or 1) > 1 and (
+            "insufficient resources" in str(e).lower() or e.err_code == 10074
+        ):
+            log.warning(
+                "target cannot hold %d replicas of %s (%s); creating it with 1", cfg.num_replicas, name, e
+            )
             cfg.num_replicas = 1
             info = await js.add_stream(cfg)
         else:
@@ -193,7 +199,9 @@ class DirectReader:
         req: dict[str, object] = {"seq": seq}
         if self.filter_subject:
             req["next_by_subj"] = self.filter_subject
-        resp = await self.nc.request(f"$JS.API.STREAM.MSG.GET.{self.stream}", json.dumps(req).encode(), timeout=10)
+        resp = await self.nc.request(
+            f"$JS.API.STREAM.MSG.GET.{self.stream}", json.dumps(req).encode(), timeout=10
+        )
         body = json.loads(resp.data)
         if "error" in body:
             if body["error"].get("code") == 404:
@@ -255,7 +263,9 @@ class ConsumerReader:
             mem_storage=True,
             num_replicas=1,
         )
-        sub = await js.pull_subscribe(self.filter_subject or ">", durable=None, stream=self.stream, config=cfg)
+        sub = await js.pull_subscribe(
+            self.filter_subject or ">", durable=None, stream=self.stream, config=cfg
+        )
         chunks: list[list[RawMessage]] = []
         try:
             seq = start
@@ -334,7 +344,12 @@ async def find_last_copied(
                     msgs.append(m)
         for m in reversed(msgs):
             mark = parse_source_header((m.headers or {}).get(SOURCE_HEADER))
-            if mark and mark.stream == source_stream and mark.replicator == replicator and mark.config_name == config_name:
+            if (
+                mark
+                and mark.stream == source_stream
+                and mark.replicator == replicator
+                and mark.config_name == config_name
+            ):
                 return mark.sequence
         hi = lo - 1
     return 0
@@ -356,7 +371,9 @@ def start_sequence_for(
     return max(info.state.first_seq, 1)
 
 
-def as_start_time(start_time: datetime | None, start_delta: timedelta | None, now: datetime) -> datetime | None:
+def as_start_time(
+    start_time: datetime | None, start_delta: timedelta | None, now: datetime
+) -> datetime | None:
     if start_time is not None:
         return start_time
     if start_delta is not None:

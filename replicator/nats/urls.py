@@ -74,7 +74,9 @@ def parse_nats_url(url: str) -> NatsURL:
         try:
             timeout = float(params["connect_timeout"].rstrip("s"))
         except ValueError:
-            raise ValueError(f"connect_timeout={params['connect_timeout']!r} is not a number of seconds") from None
+            raise ValueError(
+                f"connect_timeout={params['connect_timeout']!r} is not a number of seconds"
+            ) from None
     insecure = params.get("insecure", "false").lower() in ("1", "true", "yes", "")
     return NatsURL(
         servers=servers,

@@ -74,7 +74,9 @@ def _bool(v: str | None) -> bool:
 def _tls(options: dict[str, str]) -> TLSConfig | None:
     if not any(options.get(k) for k in ("tls_ca", "tls_cert", "tls_key")):
         return None
-    return TLSConfig(ca=options.get("tls_ca", ""), cert=options.get("tls_cert", ""), key=options.get("tls_key", ""))
+    return TLSConfig(
+        ca=options.get("tls_ca", ""), cert=options.get("tls_cert", ""), key=options.get("tls_key", "")
+    )
 
 
 def to_record_batch(stream: str, msgs: Sequence[Any]) -> pa.RecordBatch:
@@ -134,7 +136,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
 
             if self._loop is None:
                 self._loop = LoopThread("nats-jetstream-planner")
-            self._nc = self._loop.run(open_connection(self.url, self.tls, name=f"sr-planner-{self.stream}"), 60)
+            self._nc = self._loop.run(
+                open_connection(self.url, self.tls, name=f"sr-planner-{self.stream}"), 60
+            )
         return self._loop, self._nc
 
     def _info(self) -> Any:
@@ -174,7 +178,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
             log.error(
                 "stream %s ends at sequence %d but this query already read up to %d: the stream was "
                 "recreated; remove the checkpoint under state_store to copy it again",
-                self.stream, end - 1, begin - 1,
+                self.stream,
+                end - 1,
+                begin - 1,
             )
             self._warned_reset = True
         if end <= begin:

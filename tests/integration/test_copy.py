@@ -53,7 +53,12 @@ def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server,
     # In source order, each exactly once.
     assert [mk.sequence for mk in marks if mk] == seqs
     for m, mk, (subject, data, hdr) in zip(got, marks, items, strict=True):
-        assert mk is not None and mk.stream == "NODE_DATA" and mk.replicator == "dc1" and mk.config_name == "nodes"
+        assert (
+            mk is not None
+            and mk.stream == "NODE_DATA"
+            and mk.replicator == "dc1"
+            and mk.config_name == "nodes"
+        )
         assert m.subject == subject.replace("NODE_DATA.", "FLEET_NODES.")
         assert m.data == data
         assert m.headers is not None and m.headers["X-Origin"] == hdr["X-Origin"]
