@@ -43,14 +43,17 @@ async def fill(url: str, messages: int, nodes: int, size: int) -> float:
     nc = await nats.connect(url)
     js = nc.jetstream(publish_async_max_pending=4000)
     await js.add_stream(
-        StreamConfig(name="CHORIA_REGISTRATION", subjects=["choria.stream.input.registration.>"], allow_direct=True)
+        StreamConfig(
+            name="CHORIA_REGISTRATION", subjects=["choria.stream.input.registration.>"], allow_direct=True
+        )
     )
     templates = [registration_record(n, "dc1", size) for n in range(min(nodes, 1000))]
     t0 = time.monotonic()
     for i in range(messages):
         node = i % nodes
         await js.publish_async(
-            f"choria.stream.input.registration.node{node:06d}.dc1.example.net", templates[node % len(templates)]
+            f"choria.stream.input.registration.node{node:06d}.dc1.example.net",
+            templates[node % len(templates)],
         )
     await js.publish_async_completed()
     took = time.monotonic() - t0
@@ -131,7 +134,9 @@ def main() -> None:
             print(f"time to 1st copy  {first_copy[0] - t_start:.1f} s (includes JVM and Spark start)")
         if first_copy and caught_up and caught_up[0] > first_copy[0]:
             rate = tot.copied / (caught_up[0] - first_copy[0])
-            print(f"copy rate         {rate:,.0f} msg/s ({rate * args.size / 1e6:.1f} MB/s) after the first copy")
+            print(
+                f"copy rate         {rate:,.0f} msg/s ({rate * args.size / 1e6:.1f} MB/s) after the first copy"
+            )
         print(f"final lag         {last_lag[0]} messages")
         if not caught_up:
             raise SystemExit(1)

@@ -3,16 +3,45 @@
 from __future__ import annotations
 
 import logging
+import re
 import ssl
 from typing import Any
 
-import nats
 from nats.aio.client import Client
 
 from replicator.config import TLSConfig
 from replicator.nats.urls import NatsURL, parse_nats_url
 
 log = logging.getLogger(__name__)
+
+
+_NAME_SPACE = re.compile(rb"[\s\x1c-\x1f]")  # exactly the ASCII chars str.isspace() accepts
+
+
+class FastHeaderClient(Client):
+    """nats-py's client with a faster header-line parser.
+
+    nats-py 2.16 checks every character of every header name in a Python generator, which
+    was over half the cost of reading a stream (profiled in `make bench`). This parser gives
+    the same result (tests/unit/test_nats_headers.py compares them) with one regex per name.
+    """
+
+    @staticmethod
+    def _parse_header_lines(raw: bytes) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for line in raw.split(b"\r\n"):
+            name, sep, value = line.partition(b":")
+            if not sep:
+                continue
+            name = name.strip()
+            if _NAME_SPACE.search(name):
+                continue
+            try:
+                key = name.decode("ascii")
+            except UnicodeDecodeError:
+                continue
+            out[key] = value.strip().decode("utf-8", "replace")
+        return out
 
 
 def ssl_context(tls: TLSConfig | None, insecure: bool) -> ssl.SSLContext | None:
@@ -63,4 +92,6 @@ async def open_connection(
         log.warning("NATS connection %s: %s", name or opts["servers"], e)
 
     opts.setdefault("error_cb", _error_cb)
-    return await nats.connect(**opts)
+    nc = FastHeaderClient()
+    await nc.connect(**opts)
+    return nc

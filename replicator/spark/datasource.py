@@ -114,7 +114,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
             raise ValueError("nats-jetstream: max_messages_per_batch must be at least 1")
         self.parallelism = max(1, int(options.get("parallelism", "2")))
         self.min_partition = max(1, int(options.get("min_partition_messages", "2000")))
-        self.chunk = max(1, int(options.get("read_chunk", "2000")))
+        self.chunk = max(1, int(options.get("read_chunk", "5000")))
         self.tls = _tls(options)
         self._direct: bool | None = None
         self._warned_reset = False

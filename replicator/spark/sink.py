@@ -88,10 +88,17 @@ class OrderedSink:
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
         table: pa.Table = batch_df.toArrow()
+        collected = time.monotonic()
         result = self.publish_table(table)
         result.seconds = time.monotonic() - started
         self._account(result)
-        log.debug("batch %d: %s", batch_id, result)
+        log.debug(
+            "batch %d: %d rows, collect %.3fs, publish %.3fs",
+            batch_id,
+            result.received,
+            collected - started,
+            result.seconds - (collected - started),
+        )
 
     def publish_table(self, table: pa.Table, now: float | None = None) -> BatchResult:
         r = BatchResult(received=table.num_rows)
@@ -113,7 +120,9 @@ class OrderedSink:
             # Source order is the contract; the batch is already ordered, but sorting costs
             # little and protects against any upstream operator that reorders.
             todo = todo.sort_by("seq")
-            acks = self.loop.run(self._publish(todo), timeout=None)
+            # One deadline for the whole batch (a per-message wait_for costs 4x the throughput).
+            deadline = self.s.ack_timeout + todo.num_rows / 1000
+            acks = self.loop.run(asyncio.wait_for(self._publish(todo), deadline), timeout=None)
             r.copied = todo.num_rows
             r.copied_bytes = int(pc.sum(pc.binary_length(todo.column("data"))).as_py() or 0)
             r.duplicates = sum(1 for a in acks if a.duplicate)
@@ -136,9 +145,7 @@ class OrderedSink:
             h = dict(hdr) if hdr else {}
             h[SOURCE_HEADER] = format_source_header(s.source_stream, seq, s.replicator, s.config_name, ts)
             h[MSG_ID_HEADER] = message_id(s.stream_identity, seq)
-            fut = await js.publish_async(
-                rewrite_subject(subject, prefix, remove), data, headers=h, wait_stall=s.ack_timeout
-            )
+            fut = await js.publish_async(rewrite_subject(subject, prefix, remove), data, headers=h)
             futures.append(fut)
         try:
             acks = await asyncio.wait_for(asyncio.gather(*futures), timeout=s.ack_timeout)
