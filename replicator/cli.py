@@ -65,7 +65,14 @@ def run(
     runner = Runner(cfg, streams, spark_master)
     signal.signal(signal.SIGTERM, runner.request_stop)
     signal.signal(signal.SIGINT, runner.request_stop)
-    sys.exit(runner.run())
+    try:
+        code = runner.run()
+    except (RuntimeError, OSError, TimeoutError) as e:
+        # Setup problems (no target stream, unreachable server): one line, no traceback.
+        runner.shutdown()
+        _fail(str(e) or type(e).__name__)
+        return
+    sys.exit(code)
 
 
 def main() -> None:

@@ -1,0 +1,172 @@
+"""Start positions, filter, max_age, target creation, a late source, bad configs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nats
+import pytest
+from helpers import cli, count, create_stream, publish, read_all, run, start_replicator, wait_for, write_config
+
+from replicator.nats.jetstream import stream_info
+
+pytestmark = pytest.mark.integration
+
+
+def _seqs(url: str, stream: str) -> list[int]:
+    from replicator.headers import SOURCE_HEADER, parse_source_header
+
+    return [parse_source_header((m.headers or {}).get(SOURCE_HEADER)).sequence for m in run(read_all(url, stream))]  # type: ignore[union-attr]
+
+
+def test_start_positions_filter_and_max_age(source_server, nats_server, tmp_path: Path) -> None:
+    src, dst = source_server.url, nats_server.url
+    for name in ("SEQ", "TIME", "END", "FILT", "AGE"):
+        run(create_stream(src, name, [f"{name.lower()}.>"]))
+    for name in ("SEQ", "TIME", "END", "FILT"):
+        run(publish(src, [(f"{name.lower()}.{'a' if i % 2 else 'b'}", b"old", None) for i in range(100)]))
+    time.sleep(1.2)
+    cut = datetime.now(UTC)
+    time.sleep(0.2)
+    run(publish(src, [("time.a", b"new", None) for _ in range(10)]))
+    # max_age 3s: 50 messages that will be old by the time the replicator starts, then fresh ones later.
+    run(publish(src, [("age.x", b"stale", None) for _ in range(50)]))
+    streams = [
+        {"name": "seq", "stream": "SEQ", "start_sequence": 91},
+        {"name": "time", "stream": "TIME", "start_time": cut.isoformat()},
+        {"name": "end", "stream": "END", "start_at_end": True},
+        {"name": "filt", "stream": "FILT", "filter_subject": "filt.a"},
+        {"name": "age", "stream": "AGE", "max_age": "3s"},
+    ]
+    for s in streams:
+        s.update(source_url=src, target_url=dst, target_stream=f"T_{s['stream']}", target_subject_prefix="t")
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", streams)
+    time.sleep(3.5)
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "T_SEQ")) >= 10, 180, "SEQ copied", rep)
+        wait_for(lambda: run(count(dst, "T_FILT")) >= 50, 60, "FILT copied", rep)
+        wait_for(lambda: run(count(dst, "T_TIME")) >= 10, 60, "TIME copied", rep)
+        # Only after start: END copies what arrives now; AGE copies fresh messages.
+        run(publish(src, [("end.a", b"after", None) for _ in range(5)]))
+        run(publish(src, [("age.x", b"fresh", None) for _ in range(7)]))
+        wait_for(lambda: run(count(dst, "T_END")) >= 5, 60, "END copied", rep)
+        wait_for(lambda: run(count(dst, "T_AGE")) >= 7, 60, "AGE copied", rep)
+        time.sleep(2)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert _seqs(dst, "T_SEQ") == list(range(91, 101))
+    assert _seqs(dst, "T_TIME") == list(range(101, 111))
+    assert _seqs(dst, "T_END") == list(range(101, 106))
+    assert _seqs(dst, "T_FILT") == list(range(2, 101, 2))
+    assert [m.data for m in run(read_all(dst, "T_AGE"))] == [b"fresh"] * 7
+    assert {m.subject for m in run(read_all(dst, "T_FILT"))} == {"t.filt.a"}
+
+
+def test_target_created_from_source_config(source_server, nats_server, tmp_path: Path) -> None:
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", ["reg.>"], max_age=3600.0, max_msgs_per_subject=5, duplicate_window=30.0))
+    run(publish(src, [("reg.a", b"1", None)]))
+    cfg = write_config(
+        tmp_path / "sr.yaml",
+        "dc1",
+        [{"stream": "REG", "source_url": src, "target_url": dst, "target_stream": "CENTRAL", "target_subject_prefix": "dc1"}],
+    )
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "CENTRAL")) >= 1, 180, "copy", rep)
+    finally:
+        assert rep.stop() == 0
+
+    async def target_config():  # type: ignore[no-untyped-def]
+        nc = await nats.connect(dst)
+        try:
+            return (await stream_info(nc, "CENTRAL")).config  # type: ignore[union-attr]
+        finally:
+            await nc.close()
+
+    tc = run(target_config())
+    assert tc.subjects == ["dc1.reg.>"]
+    assert tc.max_age == 3600.0 and tc.max_msgs_per_subject == 5 and tc.duplicate_window == 30.0
+
+
+def test_source_created_late_and_no_target_create(source_server, nats_server, tmp_path: Path) -> None:
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(dst, "PRE", ["pre.>"]))
+    cfg = write_config(
+        tmp_path / "sr.yaml",
+        "dc1",
+        [
+            {"name": "late", "stream": "LATE", "source_url": src, "target_url": dst, "target_stream": "PRE",
+             "target_subject_prefix": "pre", "no_target_create": True},
+        ],
+    )
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: "does not exist" in rep.output(), 60, "a waiting log line", rep)
+        time.sleep(2)
+        assert rep.proc.poll() is None, "must wait, not crash"
+        run(create_stream(src, "LATE", ["late.>"]))
+        run(publish(src, [("late.x", b"hello", None) for _ in range(3)]))
+        wait_for(lambda: run(count(dst, "PRE")) >= 3, 180, "copy after the source appeared", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert {m.subject for m in run(read_all(dst, "PRE"))} == {"pre.late.x"}
+
+
+def test_missing_target_with_no_target_create_is_a_clear_error(source_server, nats_server, tmp_path: Path) -> None:
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "X", ["x.>"]))
+    cfg = write_config(
+        tmp_path / "sr.yaml", "dc1", [{"stream": "X", "source_url": src, "target_url": dst, "no_target_create": True}]
+    )
+    rep = start_replicator(cfg)
+    rep.proc.wait(120)
+    assert rep.proc.returncode != 0
+    out = rep.output()
+    assert "stream-replicator: target stream X does not exist and no_target_create is set" in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize(
+    ("snippet", "message"),
+    [
+        ("streams: []", "streams: List should have at least 1 item"),
+        ("bogus: 1", "bogus: unknown key"),
+        ("streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', start_delta: 3x}]",
+         "streams[0].start_delta: invalid duration '3x'"),
+        ("streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', start_sequence: 5, start_at_end: true}]",
+         "only one of start_sequence, start_at_end may be set"),
+        ("streams: [{stream: S, source_url: 'nats://a:x', target_url: 'nats://b'}]", "streams[0].source_url: bad port"),
+        ("streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', inspect_field: sender}]",
+         "inspect_field needs inspect_duration"),
+        ("streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', max_age: soon}]",
+         "streams[0].max_age: invalid duration"),
+        ("streams: [{stream: 'a b', source_url: 'nats://a', target_url: 'nats://b'}]", "not a valid stream name"),
+        ("streams: [{source_url: 'nats://a', target_url: 'nats://b'}]", "streams[0].stream: is required"),
+    ],
+)
+def test_invalid_configs_are_one_line_errors(tmp_path: Path, snippet: str, message: str) -> None:
+    f = tmp_path / "bad.yaml"
+    body = "name: dc1\n" + snippet + "\n"
+    if not snippet.startswith("streams"):
+        body += "streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b'}]\n"
+    f.write_text(body)
+    for cmd in ("validate", "run"):
+        r = cli(cmd, "--config", str(f))
+        assert r.returncode == 2
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, r.stderr
+        assert message in lines[0], lines[0]
+
+
+def test_validate_accepts_a_good_file(tmp_path: Path) -> None:
+    f = tmp_path / "ok.yaml"
+    f.write_text("name: dc1\nstreams: [{stream: S, source_url: 'nats://u:p@a:4222?connect_timeout=2', target_url: 'nats://b'}]\n")
+    r = cli("validate", "--config", str(f))
+    assert r.returncode == 0 and "ok (1 stream)" in r.stdout
+
+
