@@ -9,7 +9,17 @@ from pathlib import Path
 
 import nats
 import pytest
-from helpers import cli, count, create_stream, publish, read_all, run, start_replicator, wait_for, write_config
+from helpers import (
+    cli,
+    count,
+    create_stream,
+    publish,
+    read_all,
+    run,
+    start_replicator,
+    wait_for,
+    write_config,
+)
 
 from replicator.nats.jetstream import stream_info
 
@@ -19,7 +29,9 @@ pytestmark = pytest.mark.integration
 def _seqs(url: str, stream: str) -> list[int]:
     from replicator.headers import SOURCE_HEADER, parse_source_header
 
-    return [parse_source_header((m.headers or {}).get(SOURCE_HEADER)).sequence for m in run(read_all(url, stream))]  # type: ignore[union-attr]
+    return [
+        parse_source_header((m.headers or {}).get(SOURCE_HEADER)).sequence for m in run(read_all(url, stream))
+    ]  # type: ignore[union-attr]
 
 
 def test_start_positions_filter_and_max_age(source_server, nats_server, tmp_path: Path) -> None:
@@ -73,7 +85,15 @@ def test_target_created_from_source_config(source_server, nats_server, tmp_path:
     cfg = write_config(
         tmp_path / "sr.yaml",
         "dc1",
-        [{"stream": "REG", "source_url": src, "target_url": dst, "target_stream": "CENTRAL", "target_subject_prefix": "dc1"}],
+        [
+            {
+                "stream": "REG",
+                "source_url": src,
+                "target_url": dst,
+                "target_stream": "CENTRAL",
+                "target_subject_prefix": "dc1",
+            }
+        ],
     )
     rep = start_replicator(cfg)
     try:
@@ -100,8 +120,15 @@ def test_source_created_late_and_no_target_create(source_server, nats_server, tm
         tmp_path / "sr.yaml",
         "dc1",
         [
-            {"name": "late", "stream": "LATE", "source_url": src, "target_url": dst, "target_stream": "PRE",
-             "target_subject_prefix": "pre", "no_target_create": True},
+            {
+                "name": "late",
+                "stream": "LATE",
+                "source_url": src,
+                "target_url": dst,
+                "target_stream": "PRE",
+                "target_subject_prefix": "pre",
+                "no_target_create": True,
+            },
         ],
     )
     rep = start_replicator(cfg)
@@ -117,11 +144,15 @@ def test_source_created_late_and_no_target_create(source_server, nats_server, tm
     assert {m.subject for m in run(read_all(dst, "PRE"))} == {"pre.late.x"}
 
 
-def test_missing_target_with_no_target_create_is_a_clear_error(source_server, nats_server, tmp_path: Path) -> None:
+def test_missing_target_with_no_target_create_is_a_clear_error(
+    source_server, nats_server, tmp_path: Path
+) -> None:
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "X", ["x.>"]))
     cfg = write_config(
-        tmp_path / "sr.yaml", "dc1", [{"stream": "X", "source_url": src, "target_url": dst, "no_target_create": True}]
+        tmp_path / "sr.yaml",
+        "dc1",
+        [{"stream": "X", "source_url": src, "target_url": dst, "no_target_create": True}],
     )
     rep = start_replicator(cfg)
     rep.proc.wait(120)
@@ -136,16 +167,30 @@ def test_missing_target_with_no_target_create_is_a_clear_error(source_server, na
     [
         ("streams: []", "streams: List should have at least 1 item"),
         ("bogus: 1", "bogus: unknown key"),
-        ("streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', start_delta: 3x}]",
-         "streams[0].start_delta: invalid duration '3x'"),
-        ("streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', start_sequence: 5, start_at_end: true}]",
-         "only one of start_sequence, start_at_end may be set"),
-        ("streams: [{stream: S, source_url: 'nats://a:x', target_url: 'nats://b'}]", "streams[0].source_url: bad port"),
-        ("streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', inspect_field: sender}]",
-         "inspect_field needs inspect_duration"),
-        ("streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', max_age: soon}]",
-         "streams[0].max_age: invalid duration"),
-        ("streams: [{stream: 'a b', source_url: 'nats://a', target_url: 'nats://b'}]", "not a valid stream name"),
+        (
+            "streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', start_delta: 3x}]",
+            "streams[0].start_delta: invalid duration '3x'",
+        ),
+        (
+            "streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', start_sequence: 5, start_at_end: true}]",
+            "only one of start_sequence, start_at_end may be set",
+        ),
+        (
+            "streams: [{stream: S, source_url: 'nats://a:x', target_url: 'nats://b'}]",
+            "streams[0].source_url: bad port",
+        ),
+        (
+            "streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', inspect_field: sender}]",
+            "inspect_field needs inspect_duration",
+        ),
+        (
+            "streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', max_age: soon}]",
+            "streams[0].max_age: invalid duration",
+        ),
+        (
+            "streams: [{stream: 'a b', source_url: 'nats://a', target_url: 'nats://b'}]",
+            "not a valid stream name",
+        ),
         ("streams: [{source_url: 'nats://a', target_url: 'nats://b'}]", "streams[0].stream: is required"),
     ],
 )
@@ -165,8 +210,8 @@ def test_invalid_configs_are_one_line_errors(tmp_path: Path, snippet: str, messa
 
 def test_validate_accepts_a_good_file(tmp_path: Path) -> None:
     f = tmp_path / "ok.yaml"
-    f.write_text("name: dc1\nstreams: [{stream: S, source_url: 'nats://u:p@a:4222?connect_timeout=2', target_url: 'nats://b'}]\n")
+    f.write_text(
+        "name: dc1\nstreams: [{stream: S, source_url: 'nats://u:p@a:4222?connect_timeout=2', target_url: 'nats://b'}]\n"
+    )
     r = cli("validate", "--config", str(f))
     assert r.returncode == 0 and "ok (1 stream)" in r.stdout
-
-

@@ -6,7 +6,17 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import count, create_stream, publish, read_all, registration, run, start_replicator, wait_for, write_config
+from helpers import (
+    count,
+    create_stream,
+    publish,
+    read_all,
+    registration,
+    run,
+    start_replicator,
+    wait_for,
+    write_config,
+)
 
 from replicator.headers import SOURCE_HEADER, parse_source_header
 
@@ -52,7 +62,9 @@ def test_restart_without_checkpoint_never_republishes(source_server, nats_server
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "EVENTS", ["events.>"]))
     run(publish(src, [(f"events.{i}", b"x" * 100, None) for i in range(2_000)]))
-    cfg = write_config(tmp_path / "sr.yaml", "dc1", [{"stream": "EVENTS", "source_url": src, "target_url": dst}])
+    cfg = write_config(
+        tmp_path / "sr.yaml", "dc1", [{"stream": "EVENTS", "source_url": src, "target_url": dst}]
+    )
     rep = start_replicator(cfg)
     try:
         wait_for(lambda: run(count(dst, "EVENTS")) >= 2_000, 180, "first copy", rep)

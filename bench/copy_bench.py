@@ -1,0 +1,289 @@
+"""`make bench`: copy 100,000 x ~1 KB messages between two local servers three ways, in one run.
+
+1. this replicator (the real CLI, embedded Spark), 2. a plain nats-py copier (durable push
+consumer, publish_async to the target, source acked after the target ack), 3. NATS's own
+cross-server sourcing over a leafnode between two JetStream domains. For each: msgs/s over the
+backlog, live latency p50/p99 of a trickle, time from start to first copy, peak RSS of the whole
+process tree. Ratios are against the plain copier, measured side by side on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nats
+import yaml
+from nats.js.api import ExternalStream, StreamConfig, StreamSource
+
+from bench.proctree import PeakRSS
+from replicator.localnats import free_port, local_cluster
+
+SUBJECTS = "reg.>"
+
+
+def payload(i: int, size: int) -> bytes:
+    body = {"sender": f"node{i % 10_000:05d}.example.net", "i": i}
+    body["pad"] = "x" * max(0, size - len(json.dumps(body)) - 10)
+    return json.dumps(body).encode()
+
+
+async def fill(url: str, stream: str, n: int, size: int, subjects: str = SUBJECTS, **kw: Any) -> None:
+    nc = await nats.connect(url)
+    js = nc.jetstream(publish_async_max_pending=4000)
+    await js.add_stream(StreamConfig(name=stream, subjects=[subjects], allow_direct=True, **kw))
+    prefix = subjects.rstrip(">")
+    for i in range(n):
+        await js.publish_async(f"{prefix}{i % 10_000}", payload(i, size))
+    await js.publish_async_completed()
+    await nc.close()
+
+
+async def stream_count(url: str, stream: str) -> int:
+    nc = await nats.connect(url)
+    try:
+        return int((await nc.jetstream().stream_info(stream)).state.messages)
+    except Exception:
+        return 0
+    finally:
+        await nc.close()
+
+
+def wait_count(url: str, stream: str, n: int, timeout: float, first: list[float]) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c = asyncio.run(stream_count(url, stream))
+        if c and not first:
+            first.append(time.monotonic())
+        if c >= n:
+            return time.monotonic()
+        time.sleep(0.05)
+    raise TimeoutError(f"{stream}: copy did not finish in {timeout}s")
+
+
+async def trickle_latency(
+    src: str, dst: str, pub_subject: str, sub_subject: str, n: int, rate: float
+) -> list[float]:
+    """Publish n stamped messages at `rate`/s into the source; time their arrival in the target."""
+    nsrc, ndst = await nats.connect(src), await nats.connect(dst)
+    lat: list[float] = []
+    done = asyncio.Event()
+
+    async def on(m: Any) -> None:
+        sent = float(json.loads(m.data)["t"])
+        lat.append(time.time() - sent)
+        if len(lat) >= n:
+            done.set()
+
+    await ndst.subscribe(sub_subject, cb=on)
+    js = nsrc.jetstream()
+    for i in range(n):
+        await js.publish(f"{pub_subject}.{i}", json.dumps({"t": time.time(), "pad": "x" * 900}).encode())
+        await asyncio.sleep(1 / rate)
+    try:
+        await asyncio.wait_for(done.wait(), 30)
+    except TimeoutError:
+        pass
+    await nsrc.close()
+    await ndst.close()
+    return lat
+
+
+def pct(xs: list[float], p: float) -> float:
+    return statistics.quantiles(xs, n=100)[int(p) - 1] if len(xs) > 2 else float("nan")
+
+
+# --- 2. the plain nats-py copier, written for the benchmark --------------------------------
+PLAIN_COPIER = r"""
+import asyncio, sys, nats
+from nats.js.api import ConsumerConfig, AckPolicy, DeliverPolicy
+async def main(src, dst, stream, tstream):
+    s, d = await nats.connect(src), await nats.connect(dst, pending_size=64*1024*1024)
+    sjs, djs = s.jetstream(), d.jetstream(publish_async_max_pending=4000)
+    q = asyncio.Queue(maxsize=8000)
+    async def cb(m):
+        await q.put(m)
+    await sjs.subscribe("", stream=stream, durable="plain", cb=cb, manual_ack=True,
+                        config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=8000, flow_control=True, idle_heartbeat=5))
+    async def ack_after(fut, m):
+        await fut
+        await m.ack()
+    while True:
+        m = await q.get()
+        fut = await djs.publish_async("copy." + m.subject, m.data, headers={"Nats-Msg-Id": f"p:{m.metadata.sequence.stream}"})
+        asyncio.ensure_future(ack_after(fut, m))
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def run_copier(
+    label: str,
+    cmd: list[str],
+    dst: str,
+    tstream: str,
+    n: int,
+    live: Callable[[], list[float]],
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    t0 = time.monotonic()
+    first: list[float] = []
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True
+    )
+    with PeakRSS(proc.pid) as rss:
+        try:
+            end = wait_count(dst, tstream, n, 900, first)
+            lat = live()
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(40)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+    rate = n / (end - first[0]) if end > first[0] else float("nan")
+    return {
+        "copier": label,
+        "msgs_per_s": rate,
+        "first_copy_s": first[0] - t0,
+        "p50_ms": pct(lat, 50) * 1000,
+        "p99_ms": pct(lat, 99) * 1000,
+        "rss_mb": rss.peak / 1e6,
+        "live_received": len(lat),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--live", type=int, default=200, help="trickle messages for latency")
+    ap.add_argument("--out", default="reports/bench.json")
+    args = ap.parse_args()
+    n, results = args.messages, []
+    work = Path(tempfile.mkdtemp(prefix="sr-bench-"))
+
+    # 1. this replicator
+    with local_cluster(1, "bsrc") as s, local_cluster(1, "bdst") as d:
+        asyncio.run(fill(s.url, "BENCH", n, args.size))
+        cfg = work / "sr.yaml"
+        cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "bench",
+                    "state_store": str(work / "state"),
+                    "streams": [
+                        {
+                            "stream": "BENCH",
+                            "source_url": s.url,
+                            "target_url": d.url,
+                            "target_subject_prefix": "copy",
+                        }
+                    ],
+                }
+            )
+        )
+        results.append(
+            run_copier(
+                "stream-replicator (Spark local[*])",
+                [sys.executable, "-m", "replicator.cli", "run", "--config", str(cfg)],
+                d.url,
+                "BENCH",
+                n,
+                lambda: asyncio.run(
+                    trickle_latency(s.url, d.url, "reg.live", "copy.reg.live.>", args.live, 20)
+                ),
+            )
+        )
+
+    # 2. plain nats-py copier
+    with local_cluster(1, "psrc") as s, local_cluster(1, "pdst") as d:
+        asyncio.run(fill(s.url, "BENCH", n, args.size))
+        asyncio.run(fill(d.url, "TARGET", 0, args.size, subjects="copy.reg.>"))
+        script = work / "plain_copier.py"
+        script.write_text(PLAIN_COPIER)
+        results.append(
+            run_copier(
+                "plain nats-py copier",
+                [sys.executable, str(script), s.url, d.url, "BENCH", "TARGET"],
+                d.url,
+                "TARGET",
+                n,
+                lambda: asyncio.run(
+                    trickle_latency(s.url, d.url, "reg.live", "copy.reg.live.>", args.live, 20)
+                ),
+            )
+        )
+
+    # 3. NATS sourcing over a leafnode between JetStream domains A (source) and B (target)
+    leaf_port = free_port()
+    with (
+        local_cluster(
+            1, "lsrc", extra=f"jetstream {{ domain: A }}\nleafnodes {{ host: 127.0.0.1, port: {leaf_port} }}"
+        ) as s,
+        local_cluster(
+            1,
+            "ldst",
+            extra=f'jetstream {{ domain: B }}\nleafnodes {{ remotes: [ {{ url: "nats-leaf://127.0.0.1:{leaf_port}" }} ] }}',
+        ) as d,
+    ):
+        asyncio.run(fill(s.url, "BENCH", n, args.size))
+        time.sleep(1)
+
+        async def add_sourced() -> None:
+            nc = await nats.connect(d.url)
+            await nc.jetstream().add_stream(
+                StreamConfig(
+                    name="SOURCED",
+                    subjects=["copy.reg.>"],
+                    sources=[StreamSource(name="BENCH", external=ExternalStream(api="$JS.A.API"))],
+                )
+            )
+            await nc.close()
+
+        t0 = time.monotonic()
+        first: list[float] = []
+        asyncio.run(add_sourced())
+        with PeakRSS(d.servers[0].proc.pid) as rss:  # type: ignore[union-attr]
+            end = wait_count(d.url, "SOURCED", n, 600, first)
+        results.append(
+            {
+                "copier": "NATS leafnode sourcing (domains A->B)",
+                "msgs_per_s": n / (end - first[0]),
+                "first_copy_s": first[0] - t0,
+                "p50_ms": float("nan"),
+                "p99_ms": float("nan"),
+                "rss_mb": rss.peak / 1e6,
+                "live_received": 0,
+            }
+        )
+
+    base = next(r for r in results if r["copier"].startswith("plain"))["msgs_per_s"]
+    print(
+        f"\n{n:,} messages x {args.size} B, two local nats-servers; live trickle {args.live} msgs at 20/s\n"
+    )
+    print(
+        f"{'copier':40} {'msg/s':>9} {'x plain':>8} {'1st copy s':>10} {'p50 ms':>7} {'p99 ms':>7} {'RSS MB':>7}"
+    )
+    for r in results:
+        r["ratio_vs_plain"] = r["msgs_per_s"] / base
+        print(
+            f"{r['copier']:40} {r['msgs_per_s']:9,.0f} {r['ratio_vs_plain']:8.2f} {r['first_copy_s']:10.1f} "
+            f"{r['p50_ms']:7.0f} {r['p99_ms']:7.0f} {r['rss_mb']:7.0f}"
+        )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    print(f"\nwritten {args.out}")
+
+
+if __name__ == "__main__":
+    main()
