@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -90,10 +91,8 @@ async def trickle_latency(
     for i in range(n):
         await js.publish(f"{pub_subject}.{i}", json.dumps({"t": time.time(), "pad": "x" * 900}).encode())
         await asyncio.sleep(1 / rate)
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(done.wait(), 30)
-    except TimeoutError:
-        pass
     await nsrc.close()
     await ndst.close()
     return lat

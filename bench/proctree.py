@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -27,10 +28,8 @@ def tree_rss_bytes(root: int) -> int:
     page = os.sysconf("SC_PAGE_SIZE")
     while todo:
         pid = todo.pop()
-        try:
+        with contextlib.suppress(OSError):
             total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-        except OSError:
-            pass
         todo.extend(kids.get(pid, []))
     return total
 

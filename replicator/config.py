@@ -98,7 +98,6 @@ class StreamConfig(_Strict):
     advisory: AdvisoryConfig | None = None
     leader_election_name: str = ""
     # Extensions of this replicator (not in the Choria format).
-    ordering: Literal["strict", "subject"] = "strict"
     batch_max_messages: int = Field(default=10_000, ge=1, le=1_000_000)
 
     @field_validator("stream", "target_stream")

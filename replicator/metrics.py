@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 LABELS = ("stream", "replicator", "worker")
+M = TypeVar("M", Counter, Gauge, Histogram)
 _NS = "choria_stream_replicator_replicator"
 
 
@@ -58,7 +60,7 @@ class MetricLabels:
     replicator: str
     worker: str
 
-    def of(self, metric: Counter | Gauge | Histogram) -> Counter | Gauge | Histogram:
+    def of(self, metric: M) -> M:
         return metric.labels(self.stream, self.replicator, self.worker)
 
 

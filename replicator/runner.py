@@ -7,12 +7,16 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from replicator.aio import LoopThread
 from replicator.config import Config, StreamConfig
 from replicator.metrics import metrics, serve
 from replicator.replication import StreamReplication
 from replicator.spark.session import build_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +31,7 @@ class Runner:
         self.stop_event = threading.Event()
         self.loop = LoopThread()
         self.replications = [StreamReplication(cfg, s, self.loop) for s in streams]
-        self.spark = None
+        self.spark: SparkSession | None = None
 
     def request_stop(self, *_: object) -> None:
         if not self.stop_event.is_set():

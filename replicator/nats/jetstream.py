@@ -170,13 +170,12 @@ class DirectReader:
         out: list[RawMessage] = []
 
         async def on_msg(m: Msg) -> None:
-            h = m.headers
-            status = h.get("Status") if h else None
+            h = m.headers or {}
+            status = h.get("Status")
             if status:
                 if not done.done():
                     done.set_result(int(h.get("Nats-Num-Pending", "0")) if status == "204" else 0)
                 return
-            assert h is not None
             out.append(
                 RawMessage(
                     seq=int(h["Nats-Sequence"]),
@@ -225,7 +224,7 @@ class DirectReader:
         chunks: list[list[RawMessage]] = []
         seq = start
         while seq < end:
-            msgs, pending = await self._batch(seq, min(self.chunk, end - seq))
+            msgs, _pending = await self._batch(seq, min(self.chunk, end - seq))
             msgs = [m for m in msgs if m.seq < end]
             if msgs:
                 chunks.append(msgs)

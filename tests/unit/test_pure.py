@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -123,7 +124,7 @@ def test_split_range_covers_in_order(start: int, n: int, par: int, min_size: int
         assert parts == []
         return
     assert covered[0][0] == start and covered[-1][1] == start + n
-    assert all(a[1] == b[0] for a, b in zip(covered, covered[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
 
 
 BASE = {"name": "dc1", "streams": [{"stream": "S", "source_url": "nats://a", "target_url": "nats://b"}]}
@@ -132,7 +133,7 @@ BASE = {"name": "dc1", "streams": [{"stream": "S", "source_url": "nats://a", "ta
 def test_config_defaults_follow_choria() -> None:
     cfg = parse_config(BASE)
     s = cfg.streams[0]
-    assert (s.name, s.target_stream, s.ordering) == ("dc1", "S", "strict")
+    assert (s.name, s.target_stream) == ("dc1", "S")
     cfg = parse_config(
         {**BASE, "streams": [{**BASE["streams"][0], "inspect_field": "sender", "inspect_duration": "1h"}]}
     )
