@@ -45,9 +45,11 @@ class PeakRSS:
             self.peak = max(self.peak, tree_rss_bytes(self.root))
 
     def __enter__(self) -> PeakRSS:
+        self.peak = tree_rss_bytes(self.root)
         self._t.start()
         return self
 
     def __exit__(self, *a: object) -> None:
         self._stop.set()
         self._t.join()
+        self.peak = max(self.peak, tree_rss_bytes(self.root))
