@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,17 @@ from helpers import (
 )
 
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, parse_source_header
+from replicator.localnats import free_port
 
 pytestmark = pytest.mark.integration
+
+
+def _scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
 
 
 def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server, tmp_path: Path) -> None:
@@ -27,10 +37,12 @@ def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server,
     run(create_stream(src, "NODE_DATA", ["NODE_DATA.>"], num_replicas=3))
     items = [(f"NODE_DATA.host{i % 7}", registration(i), {"X-Origin": f"o{i}"}) for i in range(3000)]
     seqs = run(publish(src, items))
+    port = free_port()
     cfg = write_config(
         tmp_path / "sr.yaml",
         "dc1",
-        [
+        monitor_port=port,
+        streams=[
             {
                 "name": "nodes",
                 "stream": "NODE_DATA",
@@ -45,6 +57,12 @@ def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server,
     rep = start_replicator(cfg)
     try:
         wait_for(lambda: run(count(dst, "FLEET_NODES")) >= len(items), 180, "all messages copied", rep)
+        labels = 'stream="NODE_DATA",replicator="dc1",worker="nodes"'
+        wait_for(lambda: f"stream_lag_messages{{{labels}}} 0.0" in _scrape(port), 30, "lag 0 in metrics", rep)
+        text = _scrape(port)
+        assert f"choria_stream_replicator_replicator_copied_messages_total{{{labels}}} 3000.0" in text
+        assert f"choria_stream_replicator_replicator_total_messages_total{{{labels}}} 3000.0" in text
+        assert f"choria_stream_replicator_replicator_stream_sequence{{{labels}}} 3000.0" in text
     finally:
         assert rep.stop() == 0, rep.output()
     got = run(read_all(dst, "FLEET_NODES"))
