@@ -57,7 +57,7 @@ def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server,
     rep = start_replicator(cfg)
     try:
         wait_for(lambda: run(count(dst, "FLEET_NODES")) >= len(items), 180, "all messages copied", rep)
-        labels = 'stream="NODE_DATA",replicator="dc1",worker="nodes"'
+        labels = 'replicator="dc1",stream="NODE_DATA",worker="nodes"'
         wait_for(lambda: f"stream_lag_messages{{{labels}}} 0.0" in _scrape(port), 30, "lag 0 in metrics", rep)
         text = _scrape(port)
         assert f"choria_stream_replicator_replicator_copied_messages_total{{{labels}}} 3000.0" in text
