@@ -227,12 +227,13 @@ def main() -> None:
     leaf_port = free_port()
     with (
         local_cluster(
-            1, "lsrc", extra=f"jetstream {{ domain: A }}\nleafnodes {{ host: 127.0.0.1, port: {leaf_port} }}"
+            1, "lsrc", js_domain="A", extra=f"leafnodes {{ host: 127.0.0.1, port: {leaf_port} }}"
         ) as s,
         local_cluster(
             1,
             "ldst",
-            extra=f'jetstream {{ domain: B }}\nleafnodes {{ remotes: [ {{ url: "nats-leaf://127.0.0.1:{leaf_port}" }} ] }}',
+            js_domain="B",
+            extra=f'leafnodes {{ remotes: [ {{ url: "nats-leaf://127.0.0.1:{leaf_port}" }} ] }}',
         ) as d,
     ):
         asyncio.run(fill(s.url, "BENCH", n, args.size))

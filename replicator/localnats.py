@@ -131,12 +131,15 @@ def _write_config(
     cluster_port: int = 0,
     routes: list[int] | None = None,
     extra: str = "",
+    js_domain: str = "",
 ) -> None:
     lines = [
         f'server_name: "{name}"',
         "host: 127.0.0.1",
         f"port: {port}",
-        f'jetstream {{ store_dir: "{store}", max_memory_store: 256MB, max_file_store: 8GB }}',
+        f'jetstream {{ store_dir: "{store}", max_memory_store: 256MB, max_file_store: 8GB'
+        + (f', domain: "{js_domain}"' if js_domain else "")
+        + " }",
         "max_payload: 8MB",
     ]
     if cluster:
@@ -149,7 +152,9 @@ def _write_config(
     path.write_text("\n".join(lines) + "\n")
 
 
-def start_binary_cluster(size: int, name: str, base: Path, extra: str = "") -> NatsCluster:
+def start_binary_cluster(
+    size: int, name: str, base: Path, extra: str = "", js_domain: str = ""
+) -> NatsCluster:
     ports = [free_port() for _ in range(size)]
     cports = [free_port() for _ in range(size)] if size > 1 else [0]
     cluster = NatsCluster()
@@ -167,6 +172,7 @@ def start_binary_cluster(size: int, name: str, base: Path, extra: str = "") -> N
             cluster_port=cports[i] if size > 1 else 0,
             routes=[p for j, p in enumerate(cports) if j != i] if size > 1 else None,
             extra=extra,
+            js_domain=js_domain,
         )
         srv = NatsServer(sname, ports[i], d / "store", cfg, log_file=d / "server.log")
         srv.start()
@@ -180,9 +186,11 @@ def start_binary_cluster(size: int, name: str, base: Path, extra: str = "") -> N
 
 
 @contextlib.contextmanager
-def local_cluster(size: int = 1, name: str = "sr", extra: str = "") -> Iterator[NatsCluster]:
+def local_cluster(
+    size: int = 1, name: str = "sr", extra: str = "", js_domain: str = ""
+) -> Iterator[NatsCluster]:
     base = Path(tempfile.mkdtemp(prefix=f"nats-{name}-"))
-    cluster = start_binary_cluster(size, name, base, extra)
+    cluster = start_binary_cluster(size, name, base, extra, js_domain)
     try:
         yield cluster
     finally:
