@@ -4,6 +4,7 @@ reading sequence ranges fast, and finding where an earlier run stopped copying."
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 from collections.abc import Callable
@@ -142,7 +143,7 @@ async def ensure_target_stream(
 def _clean_headers(h: dict[str, str] | None) -> dict[str, str] | None:
     if not h:
         return None
-    out = {k: v for k, v in h.items() if k not in DIRECT_GET_HEADERS and not isinstance(k, type(None))}
+    out = {k: v for k, v in h.items() if k not in DIRECT_GET_HEADERS}
     return out or None
 
 
@@ -207,8 +208,6 @@ class DirectReader:
                 return None
             raise APIError.from_error(body["error"])
         m = body["message"]
-        import base64
-
         raw_hdr = base64.b64decode(m["hdrs"]) if m.get("hdrs") else b""
         headers = _parse_raw_headers(raw_hdr)
         return RawMessage(
@@ -336,9 +335,10 @@ async def find_last_copied(
             chunks = await reader.read(lo, hi + 1)
             msgs = [m for c in chunks for m in c]
         else:
+            leader = DirectReader(target, target_stream)
             msgs = []
             for s in range(lo, hi + 1):
-                m = await DirectReader(target, target_stream)._leader_get(s)
+                m = await leader._leader_get(s)
                 if m is not None and m.seq == s:
                     msgs.append(m)
         for m in reversed(msgs):

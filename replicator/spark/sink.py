@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -62,7 +62,6 @@ class SinkSettings:
     tls: TLSConfig | None = None
     max_pending: int = 4000
     ack_timeout: float = 30.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class OrderedSink:
