@@ -47,19 +47,3 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
     if pos != len(s):
         raise ValueError(f"invalid duration {text!r}: {_HINT}")
     return timedelta(seconds=total)
-
-
-def format_duration(d: timedelta) -> str:
-    """Short human form used in logs: 3600s -> '1h', 90s -> '1m30s'."""
-    secs = d.total_seconds()
-    if secs < 1:
-        return f"{secs * 1000:.0f}ms"
-    out = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size:
-            n = int(secs // size)
-            out.append(f"{n}{unit}")
-            secs -= n * size
-    if secs or not out:
-        out.append(f"{secs:g}s")
-    return "".join(out)

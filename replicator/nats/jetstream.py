@@ -160,22 +160,23 @@ class DirectReader:
         self.filter_subject = filter_subject
         self.chunk = chunk
 
-    async def _batch(self, seq: int, n: int) -> tuple[list[RawMessage], int]:
-        """One batched direct get; returns messages and the server's pending count after them."""
+    async def _batch(self, seq: int, n: int) -> list[RawMessage]:
+        """One batched direct get: up to n messages from seq on."""
         req: dict[str, object] = {"seq": seq, "batch": n}
         if self.filter_subject:
             req["next_by_subj"] = self.filter_subject
         inbox = self.nc.new_inbox()
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[int] = loop.create_future()
+        done: asyncio.Future[None] = loop.create_future()
         out: list[RawMessage] = []
 
         async def on_msg(m: Msg) -> None:
             h = m.headers or {}
             status = h.get("Status")
             if status:
+                # 204 ends the batch, 404 means nothing at or after seq: either way, done.
                 if not done.done():
-                    done.set_result(int(h.get("Nats-Num-Pending", "0")) if status == "204" else 0)
+                    done.set_result(None)
                 return
             out.append(
                 RawMessage(
@@ -190,10 +191,10 @@ class DirectReader:
         sub = await self.nc.subscribe(inbox, cb=on_msg)
         try:
             await self.nc.publish(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(req).encode(), reply=inbox)
-            pending = await asyncio.wait_for(done, timeout=30)
+            await asyncio.wait_for(done, timeout=30)
         finally:
             await sub.unsubscribe()
-        return out, pending
+        return out
 
     async def _leader_get(self, seq: int) -> RawMessage | None:
         req: dict[str, object] = {"seq": seq}
@@ -223,7 +224,7 @@ class DirectReader:
         chunks: list[list[RawMessage]] = []
         seq = start
         while seq < end:
-            msgs, _pending = await self._batch(seq, min(self.chunk, end - seq))
+            msgs = await self._batch(seq, min(self.chunk, end - seq))
             msgs = [m for m in msgs if m.seq < end]
             if msgs:
                 chunks.append(msgs)
@@ -352,22 +353,6 @@ async def find_last_copied(
                 return mark.sequence
         hi = lo - 1
     return 0
-
-
-def start_sequence_for(
-    info: StreamInfo,
-    start_sequence: int,
-    start_at_end: bool,
-    at_time: int | None,
-) -> int:
-    """The first sequence to read on a fresh start (no checkpoint)."""
-    if start_at_end:
-        return info.state.last_seq + 1
-    if at_time is not None:
-        return at_time
-    if start_sequence > 0:
-        return start_sequence
-    return max(info.state.first_seq, 1)
 
 
 def as_start_time(
