@@ -22,8 +22,8 @@ class FastHeaderClient(Client):
     """nats-py's client with a faster header-line parser.
 
     nats-py 2.16 checks every character of every header name in a Python generator, which
-    was over half the cost of reading a stream (profiled in `make bench`). This parser gives
-    the same result (tests/unit/test_nats_headers.py compares them) with one regex per name.
+    was over half the cost of reading a stream when profiled. This parser gives the same
+    result (tests/unit/test_pure.py compares them) with one regex per name.
     """
 
     @staticmethod

@@ -119,9 +119,7 @@ class OrderedSink:
             # Source order is the contract; the batch is already ordered, but sorting costs
             # little and protects against any upstream operator that reorders.
             todo = todo.sort_by("seq")
-            # One deadline for the whole batch (a per-message wait_for costs 4x the throughput).
-            deadline = self.s.ack_timeout + todo.num_rows / 1000
-            acks = self.loop.run(asyncio.wait_for(self._publish(todo), deadline), timeout=None)
+            acks = self.loop.run(self._publish(todo), timeout=None)
             r.copied = todo.num_rows
             r.copied_bytes = int(pc.sum(pc.binary_length(todo.column("data"))).as_py() or 0)
             r.duplicates = sum(1 for a in acks if a.duplicate)
@@ -130,6 +128,19 @@ class OrderedSink:
         return r
 
     async def _publish(self, table: pa.Table) -> list[PubAck]:
+        """Publish in order and wait for every ack, under one deadline for the whole batch (a
+        per-message wait_for, nats-py's `wait_stall`, costs most of the throughput)."""
+        deadline = self.s.ack_timeout + table.num_rows / 1000
+        try:
+            return await asyncio.wait_for(self._publish_all(table), deadline)
+        except PublishError:
+            raise
+        except Exception as e:
+            raise PublishError(
+                f"publishing to target stream {self.s.target_stream} failed: {e!r}; the batch will be retried"
+            ) from e
+
+    async def _publish_all(self, table: pa.Table) -> list[PubAck]:
         nc = await self._conn()
         js = nc.jetstream(publish_async_max_pending=self.s.max_pending)
         s = self.s
@@ -147,11 +158,10 @@ class OrderedSink:
             fut = await js.publish_async(rewrite_subject(subject, prefix, remove), data, headers=h)
             futures.append(fut)
         try:
-            acks = await asyncio.wait_for(asyncio.gather(*futures), timeout=s.ack_timeout)
-        except Exception as e:
+            acks = await asyncio.gather(*futures)
+        finally:
             for f in futures:
-                f.cancel()
-            raise PublishError(f"publishing to target stream {s.target_stream} failed: {e!r}") from e
+                f.cancel()  # no-op for the completed ones
         for ack in acks:
             if ack.stream != s.target_stream:
                 raise PublishError(
