@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -22,8 +22,6 @@ from replicator.config import parse_config
 from replicator.localnats import local_cluster
 from replicator.logs import setup_logging
 from replicator.runner import Runner
-
-log = logging.getLogger("demo")
 
 
 def registration_record(node: int, dc: str, size: int) -> bytes:
@@ -109,7 +107,7 @@ def main() -> None:
             copied = sink.totals.copied
             if copied and not first_copy:
                 first_copy.append(time.monotonic())
-            lag = rep.update_lag()
+            lag = rep.lag  # the runner refreshed it just before calling us
             last_lag[0] = lag
             now = time.monotonic()
             if now - last_print[0] >= 2:
@@ -138,8 +136,9 @@ def main() -> None:
                 f"copy rate         {rate:,.0f} msg/s ({rate * args.size / 1e6:.1f} MB/s) after the first copy"
             )
         print(f"final lag         {last_lag[0]} messages")
-        if not caught_up:
-            raise SystemExit(1)
+    shutil.rmtree(work, ignore_errors=True)
+    if not caught_up:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ class StreamReplication:
         self.query: StreamingQuery | None = None
         self._source_nc: Any = None
         self._start_time: datetime | None = None
+        self.lag: int | None = None  # last value of update_lag(), for progress reports
 
     @property
     def label(self) -> str:
@@ -151,6 +152,7 @@ class StreamReplication:
             return None
         lag = max(0, int(info.state.last_seq) - self.sink.floor)
         self.sink.labels.of(metrics().lag).set(lag)
+        self.lag = lag
         return lag
 
     def stop(self) -> None:
