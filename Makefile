@@ -35,7 +35,7 @@ bench: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy replicator
+	$(BIN)/mypy replicator emulator
 
 format: install
 	$(BIN)/ruff format .
