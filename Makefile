@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-unit test-integration demo bench lint format clean
+.PHONY: install test test-unit test-integration demo bench bench-emulator lint format clean
 
 install: $(STAMP)
 
@@ -31,6 +31,9 @@ demo: install
 
 bench: install
 	$(BIN)/python -m bench.copy_bench
+
+bench-emulator: install
+	$(BIN)/python -m bench.emulator_bench
 
 lint: install
 	$(BIN)/ruff check .

@@ -56,7 +56,7 @@ class RunStats:
         return d
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     future: asyncio.Future[Any]
     sent: float
@@ -198,24 +198,32 @@ class FleetPublisher:
             (unit_hash(seed, SALT_REQUEST, p.node[i:j], p.serial[i:j]) * 2**53).astype(np.int64).tolist()
         )
         rows: list[str] = []
+        logging_rows = self._log is not None
+        core = self.mode == "core"
+        pending = self._pending
+        unix0 = self._unix0
         for node, size, force, t, up, serial, req in zip(
             nodes, sizes, forces, times, uptimes, serials, requests, strict=True
         ):
-            r0 = time.perf_counter()
             ident = fleet.identity(node)
-            data = render(node, size, force, int(self._unix0 + t / speedup), up, req, ident)
-            self.stats.render_seconds += time.perf_counter() - r0
+            data = render(node, size, force, int(unix0 + t / speedup), up, req, ident)
             subject = self._subj_pre + ident + self._subj_post
-            row = f"{t:.3f},{ident},{size},{int(force)}"
-            if self.mode == "core":
+            row = f"{t:.3f},{ident},{size},{int(force)}" if logging_rows else ""
+            if core:
                 await nc.publish(subject, data)
-                rows.append(row + ",\n")
+                if logging_rows:
+                    rows.append(row + ",\n")
                 self.stats.published += 1
                 self.stats.bytes += len(data)
             else:
                 headers = {"Nats-Msg-Id": f"{ident}:{serial}"}
                 fut = await js.publish_async(subject, data, headers=headers)
-                self._pending.append(_Pending(fut, time.monotonic(), subject, data, headers, row))
+                pending.append(_Pending(fut, time.monotonic(), subject, data, headers, row))
+        # Rendering is timed on a sample (timing every record would cost more than rendering).
+        if nodes:
+            r0 = time.perf_counter()
+            render(nodes[0], sizes[0], forces[0], int(unix0), uptimes[0], requests[0])
+            self.stats.render_seconds += (time.perf_counter() - r0) * len(nodes)
         if rows and self._log:
             self._log.write("".join(rows))
 

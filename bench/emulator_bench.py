@@ -1,0 +1,124 @@
+"""`make bench-emulator`: what one emulator process sustains against a local nats-server.
+
+1. Payload generation alone: the template renderer vs `json.dumps` of the same record, µs each.
+2. JetStream-acked publishing (pipelined) of ~1 KB records from a fleet whose schedule asks for
+   more than one process can give, so the achieved rate is the sustained maximum.
+3. The same with core publishes (no acks), and how many of them the stream stored.
+4. Peak RSS of the emulator process holding a 1,000,000-node fleet (runs 2 and 3 use one).
+Figures go to stdout and reports/emulator_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+import yaml
+
+from bench.proctree import PeakRSS
+from emulator.fleet import build_fleet
+from emulator.payload import PayloadFactory
+from emulator.scenario import parse_scenario
+from replicator.localnats import local_cluster
+
+
+def fleet_scenario(nodes: int, speedup: float, duration: str, subject: str = "bench") -> dict[str, Any]:
+    return {
+        "name": f"bench-{nodes}",
+        "seed": 1,
+        "speedup": speedup,
+        "duration": duration,
+        "fleet": {
+            "nodes": nodes,
+            "subject": f"{subject}.{{identity}}",
+            "sizes": {"median": 1024, "min": 1024, "max": 1024, "sigma": 0},
+        },
+    }
+
+
+def render_cost(n: int = 200_000) -> dict[str, float]:
+    s = parse_scenario(fleet_scenario(10_000, 1, "1h"))
+    f = PayloadFactory(build_fleet(s), 1024)
+    t0 = time.perf_counter()
+    for i in range(n):
+        f.render(i % 10_000, 1024, False, 1_763_840_000, 86_400 + i, i)
+    template_us = (time.perf_counter() - t0) / n * 1e6
+    records = [json.loads(f.render(i, 1024, False, 1_763_840_000, 86_400 + i, i)) for i in range(1000)]
+    t0 = time.perf_counter()
+    for i in range(n):
+        rec = records[i % 1000]
+        rec["time"] = 1_763_840_000 + i
+        json.dumps(rec).encode()
+    dumps_us = (time.perf_counter() - t0) / n * 1e6
+    return {"template_us": round(template_us, 2), "json_dumps_us": round(dumps_us, 2)}
+
+
+async def stream_count(url: str, stream: str) -> int:
+    nc = await nats.connect(url)
+    try:
+        return int((await nc.jetstream().stream_info(stream)).state.messages)
+    finally:
+        await nc.close()
+
+
+def run_emulator(
+    url: str, work: Path, mode: str, nodes: int, speedup: float, duration: str
+) -> dict[str, Any]:
+    stream = f"REG_{mode.upper()}"
+    scenario = work / f"{mode}.yaml"
+    scenario.write_text(yaml.safe_dump(fleet_scenario(nodes, speedup, duration, mode)))
+    summary = work / f"{mode}.json"
+    cmd = [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(scenario), "--url", url,
+           "--mode", mode, "--create-stream", stream, "--summary", str(summary)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with PeakRSS(proc.pid, interval=0.1) as rss:
+        _, err = proc.communicate(timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"emulator ({mode}) failed:\n{err[-2000:]}")
+    st = json.loads(summary.read_text())
+    st["stored"] = asyncio.run(stream_count(url, stream))
+    st["peak_rss_mb"] = round(rss.peak / 2**20)
+    st["nodes"] = nodes
+    st["scheduled_rate"] = round(nodes / 300 * speedup)
+    return st
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--nodes", type=int, default=1_000_000)
+    ap.add_argument("--seconds", type=float, default=15, help="wall seconds of schedule per run")
+    ap.add_argument("--demand", type=float, default=60_000, help="scheduled msg/s")
+    ap.add_argument("--out", default="reports/emulator_bench.json")
+    args = ap.parse_args()
+    results: dict[str, Any] = {"render": render_cost()}
+    print(
+        f"payload generation: template {results['render']['template_us']} µs/record, "
+        f"json.dumps {results['render']['json_dumps_us']} µs/record"
+    )
+    # Ask for more than one process can give, so the achieved rate is the ceiling.
+    speedup = args.demand / (args.nodes / 300)
+    duration = f"{args.seconds * speedup:.0f}s"
+    with tempfile.TemporaryDirectory() as d, local_cluster(1, "emubench") as srv:
+        for mode in ("jetstream", "core"):
+            st = run_emulator(srv.url, Path(d), mode, args.nodes, speedup, duration)
+            results[mode] = st
+            print(
+                f"{mode:9s}: {st['rate']:>9,.0f} msg/s achieved of {st['scheduled_rate']:,} scheduled "
+                f"({st['published']:,} published, {st['stored']:,} stored, {st['failed']} failed) "
+                f"| {st['nodes']:,} nodes, peak RSS {st['peak_rss_mb']} MB"
+            )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
