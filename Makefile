@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-unit test-integration demo bench bench-emulator lint format clean
+.PHONY: install test test-unit test-integration demo bench bench-emulator loadtest lint format clean
 
 install: $(STAMP)
 
@@ -34,6 +34,11 @@ bench: install
 
 bench-emulator: install
 	$(BIN)/python -m bench.emulator_bench
+
+# USERS, SPAWN_RATE, DURATION, SOURCE_URL, TARGET_URL override (e.g. make loadtest USERS=2000).
+loadtest: install
+	USERS="$(USERS)" SPAWN_RATE="$(SPAWN_RATE)" DURATION="$(DURATION)" SOURCE_URL="$(SOURCE_URL)" \
+	TARGET_URL="$(TARGET_URL)" $(BIN)/python -m loadtests.run
 
 lint: install
 	$(BIN)/ruff check .

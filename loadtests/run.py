@@ -1,0 +1,213 @@
+"""`make loadtest`: a bounded, headless locust run against a source cluster, with the replicator
+copying to a target, and a check that locust's successes are exactly what the stream received.
+
+Settings (environment, or VAR=value on the make command line): USERS (default 500),
+SPAWN_RATE (100), DURATION (60s), SOURCE_URL and TARGET_URL (default: two local nats-servers
+started here), STREAM (CHORIA_REGISTRATION), REPLICATOR (1; 0 runs locust alone), SPEEDUP,
+RECORD_SIZE (see loadtests/locustfile.py). Reports go to loadtests/reports/: locust's CSV and
+HTML, the replicator's copy rate and lag over the run (replicator.csv), and summary.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import yaml
+from nats.js.api import StreamConfig
+
+from loadtests.replicator_metrics import scrape
+from replicator.durations import parse_duration
+from replicator.localnats import free_port, local_cluster
+
+HERE = Path(__file__).parent
+SUBJECTS = ["choria.stream.input.registration.>"]
+
+
+def env(name: str, default: str) -> str:
+    return os.environ.get(name) or default
+
+
+async def stream_messages(url: str, stream: str, create: bool) -> int:
+    nc = await nats.connect(url.split(","))
+    try:
+        js = nc.jetstream()
+        try:
+            return int((await js.stream_info(stream)).state.messages)
+        except nats.js.errors.NotFoundError:
+            if not create:
+                raise
+            await js.add_stream(StreamConfig(name=stream, subjects=SUBJECTS, allow_direct=True))
+            return 0
+    finally:
+        await nc.close()
+
+
+@contextlib.contextmanager
+def servers() -> Iterator[tuple[str, str]]:
+    """The given SOURCE_URL/TARGET_URL, or two local nats-servers on loopback."""
+    src, dst = os.environ.get("SOURCE_URL"), os.environ.get("TARGET_URL")
+    if src:
+        yield src, dst or ""
+        return
+    with local_cluster(1, "lt-source") as s, local_cluster(1, "lt-target") as t:
+        yield s.url, dst or t.url
+
+
+@contextlib.contextmanager
+def replicator(source: str, target: str, stream: str, work: Path, log_path: Path) -> Iterator[str]:
+    """The real replicator CLI in copy mode; yields its metrics URL once it serves."""
+    port = free_port()
+    cfg = {
+        "name": "loadtest",
+        "state_store": str(work / "state"),
+        "monitor_port": port,
+        "streams": [{"stream": stream, "source_url": source, "target_url": target}],
+    }
+    path = work / "replicator.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    log = log_path.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replicator.cli", "run", "--config", str(path)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"replicator exited: {log_path.read_text()[-2000:]}")
+            # Ready when its Spark query runs (it logs "replicating to") and metrics answer.
+            if "replicating to" in log_path.read_text(errors="replace"):
+                with contextlib.suppress(OSError):
+                    urllib.request.urlopen(url, timeout=1).close()
+                    break
+            time.sleep(0.5)
+        else:
+            raise SystemExit(f"replicator did not start within 120s; see {log_path}")
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(40)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def wait_caught_up(metrics_url: str, timeout: float = 120) -> dict[str, float]:
+    deadline = time.monotonic() + timeout
+    m: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            m = scrape(metrics_url)
+            if m["received"] > 0 and m["lag"] == 0:
+                return m
+        time.sleep(1)
+    return m
+
+
+def locust_publish_counts(prefix: Path) -> tuple[int, int, dict[str, str]]:
+    """(successful publishes, failures, the stats row) from locust's stats CSV."""
+    with Path(f"{prefix}_stats.csv").open() as f:
+        for row in csv.DictReader(f):
+            if row["Type"] == "JS" and row["Name"] == "publish registration":
+                total, failed = int(row["Request Count"]), int(row["Failure Count"])
+                return total - failed, failed, row
+    return 0, 0, {}
+
+
+def run_locust(source: str, metrics_url: str, prefix: Path, users: int, rate: float, duration: str) -> int:
+    seconds = parse_duration(duration).total_seconds()
+    grace = 5  # users stop publishing at `seconds`; locust ends the run this much later
+    cmd = [
+        sys.executable, "-m", "locust", "-f", str(HERE / "locustfile.py"), "--headless",
+        "-u", str(users), "-r", str(rate), "--run-time", f"{int(seconds + grace)}s", "--stop-timeout", "10",
+        "--host", source, "--csv", str(prefix), "--html", f"{prefix}.html", "--only-summary",
+        "--loglevel", "WARNING",
+    ]  # fmt: skip
+    child_env = dict(
+        os.environ,
+        SOURCE_URL=source,
+        METRICS_URL=metrics_url,
+        REPORT_DIR=str(prefix.parent),
+        PUBLISH_SECONDS=str(seconds),
+    )
+    proc = subprocess.Popen(cmd, env=child_env, start_new_session=True)
+    try:
+        # --run-time bounds the run; SIGKILL is the backstop if locust ignores its own stop.
+        return proc.wait(seconds + 90)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        raise SystemExit("locust did not stop within its run time + 90s; killed") from None
+
+
+def main() -> int:
+    users = int(env("USERS", "500"))
+    spawn = float(env("SPAWN_RATE", "100"))
+    duration = env("DURATION", "60s")
+    stream = env("STREAM", "CHORIA_REGISTRATION")
+    with_replicator = env("REPLICATOR", "1") not in ("0", "false", "no")
+    reports = Path(env("REPORT_DIR", str(HERE / "reports")))
+    reports.mkdir(parents=True, exist_ok=True)
+    prefix = reports / "loadtest"
+    summary: dict[str, Any] = {"users": users, "spawn_rate": spawn, "duration": duration}
+    with servers() as (source, target), tempfile.TemporaryDirectory() as work:
+        before = asyncio.run(stream_messages(source, stream, create=True))
+        with contextlib.ExitStack() as stack:
+            metrics_url = ""
+            if with_replicator:
+                if not target:
+                    raise SystemExit("TARGET_URL is needed with SOURCE_URL (or REPLICATOR=0)")
+                print(f"starting the replicator {source} -> {target} ...", flush=True)
+                metrics_url = stack.enter_context(
+                    replicator(source, target, stream, Path(work), reports / "replicator.log")
+                )
+            print(f"locust: {users} users, spawn {spawn}/s, {duration} against {source}", flush=True)
+            t0 = time.monotonic()
+            code = run_locust(source, metrics_url, prefix, users, spawn, duration)
+            summary["locust_seconds"] = round(time.monotonic() - t0, 1)
+            ok, failed, row = locust_publish_counts(prefix)
+            stored = asyncio.run(stream_messages(source, stream, create=False)) - before
+            summary.update(
+                locust_exit=code,
+                publishes_ok=ok,
+                publishes_failed=failed,
+                stream_received=stored,
+                publish_rate=round(ok / parse_duration(duration).total_seconds(), 1),
+                ack_latency_ms={p: row.get(p) for p in ("50%", "90%", "99%", "100%")},
+            )
+            if metrics_url:
+                m = wait_caught_up(metrics_url)
+                summary["replicator"] = {k: int(v) for k, v in m.items()}
+    (reports / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+    if stored != ok:
+        print(f"MISMATCH: locust counted {ok} successful publishes, the stream received {stored}")
+        return 1
+    print(f"ok: locust's {ok} successful publishes = {stored} messages received by {stream}")
+    print(
+        f"reports: {prefix}_stats.csv, {prefix}.html, {reports / 'replicator.csv'}, {reports / 'summary.json'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
