@@ -1,0 +1,242 @@
+"""The sampling rules and the advisory state machine, in event time. Pure: no NATS, no Spark.
+
+Per sender: last seen, last copied, last size, whether a timeout was advised. A message at time
+t (its JetStream timestamp) of size z from a sender is copied when the sender is unknown (then
+advised `new`), when the force field is JSON true, when |z - last size| >= size_trigger > 0, or
+when t - last copied >= inspect_duration x (1 - 0.1 h), h a stable hash of the sender in
+[0, 1). Advisories are exact in event time: a sender unseen for warn_duration is advised
+`timeout` at last seen + warn, one unseen for inspect_duration `expire` at last seen + inspect
+(and forgotten); seen again after a timeout but before expiring, it is advised `recover`.
+
+`SenderTable.process` works on one bucket of senders for one batch; batching and bucketing do
+not change its results (tests/unit/test_sampling.py checks it against `reference.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PROTOCOL = "io.choria.sr.v2.age_advisory"
+KSUID_EPOCH = 1_400_000_000
+_B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    inspect_ms: int
+    warn_ms: int
+    size_trigger: float = 0.0
+    stream: str = ""
+    replicator: str = ""
+    inspect_label: str = ""
+    """What identifies a sender, for the advisory's `inspect_field` (e.g. `sender`)."""
+    advisory_subject: str = ""
+
+
+@dataclass(frozen=True)
+class Message:
+    seq: int
+    sender: str | None
+    ts_ms: int
+    size: int
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Advisory:
+    event: str  # new, timeout, recover, expire
+    sender: str
+    event_ms: int
+    seen_ms: int
+    seq: int = -1
+    """The message that caused it (new, recover, or the timeout/expire found on a message's
+    arrival); -1 for one found when the clock moved."""
+
+    def event_id(self, stream: str) -> str:
+        return ksuid(self.event_ms // 1000, f"{stream}\x00{self.sender}\x00{self.event}\x00{self.event_ms}")
+
+    def subject(self, template: str) -> str:
+        return template.replace("%s", self.event).replace("%v", self.sender)
+
+    def payload(self, p: SamplingParams) -> bytes:
+        return json.dumps(
+            {
+                "protocol": PROTOCOL,
+                "event_id": self.event_id(p.stream),
+                "inspect_field": p.inspect_label,
+                "age": (self.event_ms - self.seen_ms) // 1000,
+                "seen": self.seen_ms // 1000,
+                "replicator": p.replicator,
+                "timestamp": self.event_ms // 1000,
+                "event": self.event,
+                "value": self.sender,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+
+def ksuid(unix_seconds: int, key: str) -> str:
+    """A KSUID (27 base62 chars: 4 bytes of seconds since 2014-05-13, 16 payload bytes) whose
+    payload is a hash of `key`: sortable by time, and the same for the same event."""
+    raw = (
+        max(0, unix_seconds - KSUID_EPOCH).to_bytes(4, "big")
+        + hashlib.blake2b(key.encode(), digest_size=16).digest()
+    )
+    n = int.from_bytes(raw, "big")
+    out = []
+    for _ in range(27):
+        n, r = divmod(n, 62)
+        out.append(_B62[r])
+    return "".join(reversed(out))
+
+
+def splay(sender: str) -> float:
+    """h in [0, 1): a stable hash of the sender, spreading copies like Choria's random 10 %."""
+    return int.from_bytes(hashlib.blake2b(sender.encode(), digest_size=8).digest(), "big") / 2**64
+
+
+def copy_interval_ms(p: SamplingParams, sender: str) -> float:
+    return p.inspect_ms * (1 - 0.1 * splay(sender))
+
+
+@dataclass
+class SenderTable:
+    """One bucket's senders: numpy columns plus a name -> row index."""
+
+    keys: list[str] = field(default_factory=list)
+    seen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    copied: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    size: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    warned: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    clock_ms: int = 0
+    index: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.index and self.keys:
+            self.index = {k: i for i, k in enumerate(self.keys)}
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    # --- persistence (one value per bucket in Spark's state store) ---------------------------
+    def dumps(self) -> bytes:
+        cols = (self.keys, self.seen, self.copied, self.size, self.warned, self.clock_ms)
+        return pickle.dumps(cols, protocol=5)
+
+    @classmethod
+    def loads(cls, blob: bytes | None) -> SenderTable:
+        if not blob:
+            return cls()
+        keys, seen, copied, size, warned, clock = pickle.loads(blob)
+        return cls(keys, seen, copied, size, warned, clock)
+
+    def rows(self) -> Iterable[tuple[str, int, int, int, bool]]:
+        for k, i in self.index.items():
+            yield k, int(self.seen[i]), int(self.copied[i]), int(self.size[i]), bool(self.warned[i])
+
+    # --- the rules -------------------------------------------------------------------------------
+    def process(
+        self, msgs: Iterable[Message], clock_ms: int, p: SamplingParams
+    ) -> tuple[list[bool], list[Advisory]]:
+        """Decide each message (in sequence order), then move the clock to `clock_ms` and advise
+        senders that went silent. Returns (copy flag per message, advisories in event order per
+        sender)."""
+        copies: list[bool] = []
+        advs: list[Advisory] = []
+        index, seen, copied, size, warned = self.index, self.seen, self.copied, self.size, self.warned
+        new_keys: list[str] = []
+        new_rows: list[list[int]] = []  # seen, copied, size, warned for senders added this batch
+        removed = False
+        for m in msgs:
+            s = m.sender
+            if s is None:
+                copies.append(True)  # nothing to sample on: always copied
+                continue
+            i = index.get(s)
+            if i is not None:
+                row = new_rows[i - len(seen)] if i >= len(seen) else None
+                last_seen = row[0] if row else int(seen[i])
+                was_warned = bool(row[3]) if row else bool(warned[i])
+                gap = m.ts_ms - last_seen
+                if gap >= p.inspect_ms:
+                    if not was_warned:
+                        advs.append(Advisory("timeout", s, last_seen + p.warn_ms, last_seen, m.seq))
+                    advs.append(Advisory("expire", s, last_seen + p.inspect_ms, last_seen, m.seq))
+                    del index[s]
+                    removed = True
+                    i = None
+                elif was_warned or gap >= p.warn_ms:
+                    if not was_warned:
+                        advs.append(Advisory("timeout", s, last_seen + p.warn_ms, last_seen, m.seq))
+                    advs.append(Advisory("recover", s, m.ts_ms, last_seen, m.seq))
+            if i is None:
+                advs.append(Advisory("new", s, m.ts_ms, m.ts_ms, m.seq))
+                index[s] = len(seen) + len(new_rows)
+                new_keys.append(s)
+                new_rows.append([m.ts_ms, m.ts_ms, m.size, 0])
+                copies.append(True)
+                continue
+            if i >= len(seen):
+                row = new_rows[i - len(seen)]
+                last_copied, last_size = row[1], row[2]
+            else:
+                row = None
+                last_copied, last_size = int(copied[i]), int(size[i])
+            copy = (
+                m.force
+                or (p.size_trigger > 0 and abs(m.size - last_size) >= p.size_trigger)
+                or m.ts_ms - last_copied >= copy_interval_ms(p, s)
+            )
+            if row is not None:
+                row[0], row[2], row[3] = m.ts_ms, m.size, 0
+                if copy:
+                    row[1] = m.ts_ms
+            else:
+                seen[i], size[i], warned[i] = m.ts_ms, m.size, False
+                if copy:
+                    copied[i] = m.ts_ms
+            copies.append(copy)
+        if new_rows or removed:
+            self._rebuild(new_keys, new_rows)
+        advs += self.advance(clock_ms, p)
+        return copies, advs
+
+    def _rebuild(self, new_keys: list[str], new_rows: list[list[int]]) -> None:
+        """Append this batch's new senders and drop expired ones, keeping index consistent."""
+        keys = self.keys + new_keys
+        extra = np.array(new_rows, dtype=np.int64).reshape(-1, 4)
+        seen = np.concatenate([self.seen, extra[:, 0]])
+        copied = np.concatenate([self.copied, extra[:, 1]])
+        size = np.concatenate([self.size, extra[:, 2]])
+        warned = np.concatenate([self.warned, extra[:, 3].astype(bool)])
+        live = np.array(sorted(self.index.values()), dtype=np.int64)
+        self.keys = [keys[i] for i in live]
+        self.seen, self.copied, self.size, self.warned = seen[live], copied[live], size[live], warned[live]
+        self.index = {k: i for i, k in enumerate(self.keys)}
+
+    def advance(self, clock_ms: int, p: SamplingParams) -> list[Advisory]:
+        """Move the clock: advise timeouts and expiries that fell due up to `clock_ms`."""
+        self.clock_ms = clock = max(self.clock_ms, clock_ms)
+        if not len(self.seen):
+            return []
+        advs: list[Advisory] = []
+        expire = self.seen <= clock - p.inspect_ms
+        timeout = ~self.warned & (self.seen <= clock - p.warn_ms)
+        for i in np.flatnonzero(timeout):
+            s, last = self.keys[i], int(self.seen[i])
+            advs.append(Advisory("timeout", s, last + p.warn_ms, last))
+        self.warned |= timeout
+        gone = np.flatnonzero(expire)
+        for i in gone:
+            s, last = self.keys[i], int(self.seen[i])
+            advs.append(Advisory("expire", s, last + p.inspect_ms, last))
+            del self.index[s]
+        if len(gone):
+            self._rebuild([], [])
+        return advs

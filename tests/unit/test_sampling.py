@@ -1,0 +1,169 @@
+"""Sampling decisions and the advisory state machine: hand-checked cases, and a property test
+that the bucketed, batched, serialised engine equals the plain reference."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replicator.sampling.reference import advisory_key, reference
+from replicator.sampling.rules import (
+    PROTOCOL,
+    Advisory,
+    Message,
+    SamplingParams,
+    SenderTable,
+    copy_interval_ms,
+    ksuid,
+    splay,
+)
+
+S = 1000
+P = SamplingParams(inspect_ms=3600 * S, warn_ms=1800 * S, size_trigger=500, stream="REG",
+                   replicator="dc1", inspect_label="sender", advisory_subject="adv.%s.%v")  # fmt: skip
+
+
+def run(msgs: list[Message], clock: int, p: SamplingParams = P, table: SenderTable | None = None):
+    t = table or SenderTable()
+    copies, advs = t.process(msgs, clock, p)
+    return (
+        [m.seq for m, c in zip(msgs, copies, strict=True) if c],
+        [(a.event, a.sender, a.event_ms // S) for a in advs],
+        t,
+    )
+
+
+def test_a_steady_sender_is_copied_when_new_then_once_per_interval() -> None:
+    msgs = [Message(i, "n1", i * 300 * S, 1000) for i in range(30)]  # every 300 s for 2.5 h
+    copied, advs, _ = run(msgs, 29 * 300 * S)
+    gap = copy_interval_ms(P, "n1") / S
+    assert 3240 <= gap <= 3600  # inspect_duration less up to 10 % splay
+    expected = [0]
+    for m in msgs[1:]:
+        if m.ts_ms - msgs[expected[-1]].ts_ms >= gap * S:
+            expected.append(m.seq)
+    assert copied == expected and len(copied) == 3  # 12x fewer than published
+    assert advs == [("new", "n1", 0)]
+
+
+def test_size_change_of_size_trigger_bytes_forces_a_copy_smaller_does_not() -> None:
+    msgs = [Message(0, "n1", 0, 1000), Message(1, "n1", 300 * S, 1499), Message(2, "n1", 600 * S, 1999),
+            Message(3, "n1", 900 * S, 1499)]  # fmt: skip
+    copied, _, _ = run(msgs, 900 * S)
+    assert copied == [0, 2, 3]  # +499 no, +500 yes, -500 yes
+
+
+def test_force_field_true_forces_a_copy() -> None:
+    msgs = [
+        Message(0, "n1", 0, 1000),
+        Message(1, "n1", 300 * S, 1000, force=True),
+        Message(2, "n1", 600 * S, 1000),
+    ]
+    assert run(msgs, 600 * S)[0] == [0, 1]
+
+
+def test_messages_without_a_sender_are_always_copied() -> None:
+    msgs = [Message(i, None, i * S, 10) for i in range(5)]
+    copied, advs, table = run(msgs, 10 * S)
+    assert copied == [0, 1, 2, 3, 4] and advs == [] and len(table) == 0
+
+
+def test_silent_sender_times_out_then_expires_then_is_new_again() -> None:
+    _, advs, table = run([Message(0, "n1", 0, 1000)], 1799 * S)
+    assert advs == [("new", "n1", 0)]
+    assert run([], 1800 * S, table=table)[1] == [("timeout", "n1", 1800)]
+    assert run([], 3000 * S, table=table)[1] == []  # advised once
+    assert run([], 3600 * S, table=table)[1] == [("expire", "n1", 3600)]
+    assert len(table) == 0
+    copied, advs, _ = run([Message(1, "n1", 4000 * S, 1000)], 4000 * S, table=table)
+    assert copied == [1] and advs == [("new", "n1", 4000)]
+
+
+def test_timed_out_sender_seen_again_recovers_and_is_not_copied_early() -> None:
+    _, _, table = run([Message(0, "n1", 0, 1000)], 2000 * S)
+    copied, advs, _ = run([Message(1, "n1", 2100 * S, 1000)], 2100 * S, table=table)
+    assert copied == [] and advs == [("recover", "n1", 2100)]
+
+
+def test_a_gap_inside_one_batch_gives_the_same_advisories_as_clock_ticks() -> None:
+    # No tick between the two messages (a backlog read in one batch): the timeout is still
+    # advised at seen + warn, then the recovery, in event time.
+    copied, advs, _ = run([Message(0, "n1", 0, 1000), Message(1, "n1", 2000 * S, 1000)], 2000 * S)
+    assert advs == [("new", "n1", 0), ("timeout", "n1", 1800), ("recover", "n1", 2000)]
+    copied, advs, _ = run([Message(0, "n1", 0, 1000), Message(1, "n1", 4000 * S, 1000)], 4000 * S)
+    assert copied == [0, 1]
+    assert advs == [("new", "n1", 0), ("timeout", "n1", 1800), ("expire", "n1", 3600), ("new", "n1", 4000)]
+
+
+def test_a_busy_backlog_never_times_out_a_sender_that_kept_publishing() -> None:
+    # Two hours of a node publishing every 300 s, replayed long after: the clock follows the
+    # messages, so no timeout although the wall clock is far ahead.
+    msgs = [Message(i, "n1", i * 300 * S, 1000) for i in range(24)]
+    _, advs, _ = run(msgs, 23 * 300 * S)
+    assert advs == [("new", "n1", 0)]
+
+
+def test_table_survives_serialisation() -> None:
+    _, _, table = run([Message(i, f"n{i % 7}", i * S, 1000 + i) for i in range(50)], 50 * S)
+    again = SenderTable.loads(table.dumps())
+    assert sorted(again.rows()) == sorted(table.rows()) and again.clock_ms == table.clock_ms
+    assert SenderTable.loads(None).rows() is not None and len(SenderTable.loads(b"")) == 0
+
+
+def test_advisory_document_and_ids() -> None:
+    a = Advisory("timeout", "n1.example.net", 1_763_840_000_000, 1_763_838_200_000)
+    doc = json.loads(a.payload(P))
+    assert doc == {"protocol": PROTOCOL, "event_id": a.event_id("REG"), "inspect_field": "sender", "age": 1800,
+                   "seen": 1_763_838_200, "replicator": "dc1", "timestamp": 1_763_840_000, "event": "timeout",
+                   "value": "n1.example.net"}  # fmt: skip
+    assert a.subject("choria.adv.%s.%v") == "choria.adv.timeout.n1.example.net"
+    assert len(a.event_id("REG")) == 27 and a.event_id("REG") == a.event_id("REG")
+    assert a.event_id("REG") != Advisory("expire", "n1.example.net", a.event_ms, a.seen_ms).event_id("REG")
+    assert ksuid(1_700_000_000, "x") < ksuid(1_700_000_001, "a")  # k-sortable by time
+    assert 0 <= splay("a") < 1 and splay("a") == splay("a") != splay("b")
+
+
+events = st.lists(
+    st.tuples(
+        st.integers(0, 7),  # sender (7 = no sender)
+        st.integers(0, 2500),  # seconds since the previous message
+        st.integers(900, 1100),  # size
+        st.booleans(),  # force
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events, st.lists(st.integers(1, 30), min_size=1, max_size=8), st.integers(1, 4), st.integers(0, 5000))
+def test_bucketed_batched_engine_equals_the_reference(evts, cuts, buckets, tail) -> None:
+    p = SamplingParams(inspect_ms=3600 * S, warn_ms=1800 * S, size_trigger=150, stream="R")
+    msgs, t = [], 0
+    for seq, (sender, dt, size, force) in enumerate(evts, start=1):
+        t += dt * S
+        msgs.append(Message(seq, None if sender == 7 else f"node{sender}", t, size, force))
+    final = t + tail * S
+    want_copied, want_advs = reference(msgs, final, p)
+
+    # Cut into batches; each batch's clock is its last message's time (the source's clock).
+    tables = [b"" for _ in range(buckets)]
+    got_copied, got_advs, start, k = [], [], 0, 0
+    while start < len(msgs) or k == 0:
+        end = min(len(msgs), start + cuts[k % len(cuts)])
+        batch = msgs[start:end]
+        clock = batch[-1].ts_ms if batch else 0
+        if end == len(msgs):
+            clock = final
+        for b in range(buckets):
+            mine = [m for m in batch if (zlib.crc32((m.sender or str(m.seq)).encode()) % buckets) == b]
+            table = SenderTable.loads(tables[b])
+            copies, advs = table.process(mine, clock, p)
+            tables[b] = table.dumps()
+            got_copied += [m.seq for m, c in zip(mine, copies, strict=True) if c]
+            got_advs += advs
+        start, k = end, k + 1
+    assert sorted(got_copied) == want_copied
+    assert sorted(map(advisory_key, got_advs)) == sorted(map(advisory_key, want_advs))
