@@ -99,6 +99,8 @@ class StreamConfig(_Strict):
     leader_election_name: str = ""
     # Extensions of this replicator (not in the Choria format).
     batch_max_messages: int = Field(default=10_000, ge=1, le=1_000_000)
+    # Senders are hashed into this many buckets of Spark state; fixed once a checkpoint exists.
+    sampling_buckets: int = Field(default=32, ge=1, le=4096)
 
     @field_validator("stream", "target_stream")
     @classmethod

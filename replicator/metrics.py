@@ -34,6 +34,12 @@ class Metrics:
         self.errors = counter("handler_error_count", "Batches that failed and were retried")
         self.lag = gauge("stream_lag_messages", "Last source sequence minus last copied sequence")
         self.sequence = gauge("stream_sequence", "Last source sequence processed")
+        self.advisories = Counter(
+            f"{_NS}_advisories",
+            "Advisories published about senders, by event (new, timeout, recover, expire)",
+            (*LABELS, "event"),
+            registry=registry,
+        )
         self.batch_seconds = Histogram(
             f"{_NS}_batch_duration_seconds",
             "Time to process one micro-batch (read, decide, publish, acknowledged)",

@@ -20,6 +20,9 @@ from replicator.nats.jetstream import (
     wait_for_stream,
 )
 from replicator.nats.urls import parse_nats_url
+from replicator.sampling.extract import SenderExtractor
+from replicator.sampling.rules import SamplingParams
+from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink, bucket_function
 from replicator.spark.sink import OrderedSink, SinkSettings
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ class StreamReplication:
         self.s = scfg
         self.loop = loop
         self.sink: OrderedSink | None = None
+        self.sampling_sink: SamplingSink | None = None
         self.query: StreamingQuery | None = None
         self._source_nc: Any = None
         self._start_time: datetime | None = None
@@ -104,7 +108,35 @@ class StreamReplication:
             self.loop,
             floor=floor,
         )
+        if s.sampling:
+            self.sampling_sink = SamplingSink(
+                self.sink,
+                self.loop,
+                s.source_url,
+                s.source_tls,
+                reliable=bool(s.advisory and s.advisory.reliable),
+                publish_advisories=s.advisory is not None,
+            )
         return True
+
+    def sampling_params(self) -> SamplingParams:
+        s = self.s
+        assert s.inspect_duration is not None and s.warn_duration is not None
+        return SamplingParams(
+            inspect_ms=int(s.inspect_duration.total_seconds() * 1000),
+            warn_ms=int(s.warn_duration.total_seconds() * 1000),
+            size_trigger=s.size_trigger,
+            stream=s.stream,
+            replicator=self.cfg.name,
+            inspect_label=self.extractor().label,
+            advisory_subject=s.advisory.subject if s.advisory else "",
+        )
+
+    def extractor(self) -> SenderExtractor:
+        s = self.s
+        return SenderExtractor(
+            s.inspect_field, s.inspect_header, s.inspect_subject_token, s.inspect_force_field
+        )
 
     def reader_options(self) -> dict[str, str]:
         s = self.s
@@ -121,6 +153,10 @@ class StreamReplication:
             opts["start_time"] = self._start_time.isoformat()
         elif s.start_sequence:
             opts["start_sequence"] = str(s.start_sequence)
+        if s.sampling:
+            opts.update(self.extractor().options())
+            opts["sampling"] = "true"
+            opts["sampling_buckets"] = str(s.sampling_buckets)
         tls = s.source_tls
         if tls is not None and tls.enabled:
             opts.update({"tls_ca": tls.ca, "tls_cert": tls.cert, "tls_key": tls.key})
@@ -131,8 +167,20 @@ class StreamReplication:
         ckpt = checkpoint_dir(self.cfg, self.s)
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         df = spark.readStream.format("nats-jetstream").options(**self.reader_options()).load()
+        sink: Any = self.sink
+        if self.sampling_sink is not None:
+            from pyspark.sql.streaming.state import GroupStateTimeout
+
+            df = df.groupBy("bucket").applyInPandasWithState(
+                bucket_function(self.sampling_params()),
+                OUTPUT_SCHEMA,
+                STATE_SCHEMA,
+                "append",
+                GroupStateTimeout.NoTimeout,
+            )
+            sink = self.sampling_sink
         self.query = (
-            df.writeStream.foreachBatch(self.sink)
+            df.writeStream.foreachBatch(sink)
             .queryName(f"sr_{self.s.stream}_{self.s.name}")
             .option("checkpointLocation", str(ckpt))
             .start()
@@ -161,7 +209,9 @@ class StreamReplication:
                 self.query.stop()
             except Exception as e:  # a failed query may already be gone
                 log.debug("%s: stopping query: %s", self.label, e)
-        if self.sink is not None:
+        if self.sampling_sink is not None:
+            self.sampling_sink.close()
+        elif self.sink is not None:
             self.sink.close()
         if self._source_nc is not None:
             try:

@@ -83,6 +83,17 @@ async def sequence_at_time(nc: Client, stream: str, when: datetime, direct: bool
     return int(body["message"]["seq"])
 
 
+async def message_time_ms(nc: Client, stream: str, seq: int, direct: bool) -> int | None:
+    """The stored time of message `seq` (None if it is gone)."""
+    reader = DirectReader(nc, stream)
+    if direct:
+        got = await reader._batch(seq, 1)
+        if got and got[0].seq == seq:
+            return got[0].ts_ns // 1_000_000
+    m = await reader._leader_get(seq)
+    return m.ts_ns // 1_000_000 if m is not None else None
+
+
 def target_stream_config(source: StreamConfig, name: str, prefix: str, remove: str) -> StreamConfig:
     """The target's configuration derived from the source's: same limits and storage, subjects
     rewritten like the messages, no mirror/sources, direct get on (the replicator reads its tail)."""

@@ -14,13 +14,23 @@ Options: url (required), stream (required), filter_subject, start_sequence, star
 (RFC3339), start_at_end, max_messages_per_batch (admission control; default 10000),
 parallelism (ranges per batch; default 2), min_partition_messages (default 2000),
 tls_ca/tls_cert/tls_key.
+
+Sampling mode (`sampling=true`, with inspect_field / inspect_header / inspect_subject_token,
+inspect_force_field, sampling_buckets): rows also carry `sender`, `force`, `bucket` (a hash of
+the sender), `size` and `ts_ms`, and headers come as a JSON string. Each offset then also holds
+the batch's event-time clock: the time of its last message, or the wall clock once the reader
+has caught up with the stream (then a batch runs every `clock_interval_ms` even without new
+messages). Each batch carries one clock row (seq < 0) per bucket, so every bucket sees time
+move. The clock is in the checkpointed offset, so a replayed batch sees the same clock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
+import zlib
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -36,6 +46,24 @@ log = logging.getLogger(__name__)
 
 SCHEMA_DDL = (
     "stream STRING, seq BIGINT, subject STRING, timestamp TIMESTAMP, headers MAP<STRING, STRING>, data BINARY"
+)
+SAMPLING_SCHEMA_DDL = (
+    "stream STRING, seq BIGINT, subject STRING, ts_ms BIGINT, headers STRING, data BINARY, "
+    "sender STRING, force BOOLEAN, bucket INT, size INT"
+)
+SAMPLING_ARROW_SCHEMA = pa.schema(
+    [
+        ("stream", pa.string()),
+        ("seq", pa.int64()),
+        ("subject", pa.string()),
+        ("ts_ms", pa.int64()),
+        ("headers", pa.string()),
+        ("data", pa.binary()),
+        ("sender", pa.string()),
+        ("force", pa.bool_()),
+        ("bucket", pa.int32()),
+        ("size", pa.int32()),
+    ]
 )
 ARROW_SCHEMA = pa.schema(
     [
@@ -58,6 +86,19 @@ class SequenceRange(InputPartition):
         super().__init__((start, end))
 
 
+class ClockRows(InputPartition):
+    """One row per bucket carrying the batch's event-time clock."""
+
+    def __init__(self, clock_ms: int, buckets: int) -> None:
+        self.clock_ms = clock_ms
+        self.buckets = buckets
+        super().__init__(("clock", clock_ms))
+
+
+def bucket_of(key: str, buckets: int) -> int:
+    return zlib.crc32(key.encode()) % buckets
+
+
 def split_range(start: int, end: int, parallelism: int, min_size: int) -> list[SequenceRange]:
     """Contiguous sub-ranges in order; small ranges stay whole (a task costs more than it saves)."""
     n = end - start
@@ -77,6 +118,50 @@ def _tls(options: dict[str, str]) -> TLSConfig | None:
         return None
     return TLSConfig(
         ca=options.get("tls_ca", ""), cert=options.get("tls_cert", ""), key=options.get("tls_key", "")
+    )
+
+
+def to_sampling_batch(stream: str, msgs: Sequence[Any], extractor: Any, buckets: int) -> pa.RecordBatch:
+    senders, forces, bucket_ids = [], [], []
+    for m in msgs:
+        sender, force = extractor.extract(m.subject, m.headers, m.data)
+        senders.append(sender)
+        forces.append(force)
+        # Messages without a sender are spread by sequence; they are always copied.
+        bucket_ids.append(bucket_of(sender if sender is not None else str(m.seq), buckets))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([stream] * len(msgs), pa.string()),
+            pa.array([m.seq for m in msgs], pa.int64()),
+            pa.array([m.subject for m in msgs], pa.string()),
+            pa.array([m.ts_ns // 1_000_000 for m in msgs], pa.int64()),
+            pa.array([json.dumps(m.headers) if m.headers else None for m in msgs], pa.string()),
+            pa.array([m.data for m in msgs], pa.binary()),
+            pa.array(senders, pa.string()),
+            pa.array(forces, pa.bool_()),
+            pa.array(bucket_ids, pa.int32()),
+            pa.array([len(m.data) for m in msgs], pa.int32()),
+        ],
+        schema=SAMPLING_ARROW_SCHEMA,
+    )
+
+
+def clock_batch(stream: str, part: ClockRows) -> pa.RecordBatch:
+    n = part.buckets
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([stream] * n, pa.string()),
+            pa.array([-(i + 1) for i in range(n)], pa.int64()),
+            pa.array([""] * n, pa.string()),
+            pa.array([part.clock_ms] * n, pa.int64()),
+            pa.array([None] * n, pa.string()),
+            pa.array([b""] * n, pa.binary()),
+            pa.array([None] * n, pa.string()),
+            pa.array([False] * n, pa.bool_()),
+            pa.array(list(range(n)), pa.int32()),
+            pa.array([0] * n, pa.int32()),
+        ],
+        schema=SAMPLING_ARROW_SCHEMA,
     )
 
 
@@ -117,6 +202,18 @@ class NatsJetStreamReader(DataSourceStreamReader):
         self.min_partition = max(1, int(options.get("min_partition_messages", "2000")))
         self.chunk = max(1, int(options.get("read_chunk", "5000")))
         self.tls = _tls(options)
+        self.sampling = _bool(options.get("sampling"))
+        self.buckets = max(1, int(options.get("sampling_buckets", "32")))
+        self.clock_interval_ms = int(options.get("clock_interval_ms", "1000"))
+        self.extractor: Any = None
+        if self.sampling:
+            from replicator.sampling.extract import SenderExtractor
+
+            self.extractor = SenderExtractor.from_options(options)
+            if not self.extractor.label:
+                raise ValueError(
+                    "nats-jetstream: sampling needs inspect_field, inspect_header or inspect_subject_token"
+                )
         self._direct: bool | None = None
         self._warned_reset = False
         self._loop: Any = None
@@ -153,7 +250,10 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return info
 
     def initialOffset(self) -> dict:
-        return {"seq": max(self._configured_start(), self.min_start_sequence)}
+        start: dict[str, int] = {"seq": max(self._configured_start(), self.min_start_sequence)}
+        if self.sampling:
+            start["clock"] = 0
+        return start
 
     def _configured_start(self) -> int:
         from replicator.nats.jetstream import sequence_at_time
@@ -184,21 +284,49 @@ class NatsJetStreamReader(DataSourceStreamReader):
                 begin - 1,
             )
             self._warned_reset = True
-        if end <= begin:
+        last = end - 1
+        if end <= begin and not self.sampling:
             return start
         if isinstance(limit, ReadMaxRows):
             end = min(end, begin + limit.max_rows)
         elif not isinstance(limit, ReadAllAvailable):
             end = min(end, begin + self.max_per_batch)
-        return {"seq": end}
+        if not self.sampling:
+            return {"seq": end}
+        return self._with_clock(start, max(begin, end), caught_up=end > last)
+
+    def _with_clock(self, start: dict, end: int, caught_up: bool) -> dict:
+        """The offset with the batch's event-time clock (see the module docstring)."""
+        import time
+
+        from replicator.nats.jetstream import message_time_ms
+
+        begin, previous = int(start["seq"]), int(start.get("clock", 0))
+        if caught_up:
+            now = int(time.time() * 1000)
+            if end == begin and now - previous < self.clock_interval_ms:
+                return start  # nothing new, and too soon to move the clock
+            clock = now
+        else:
+            loop, nc = self._conn()
+            clock = loop.run(message_time_ms(nc, self.stream, end - 1, bool(self._direct)), 30) or previous
+        return {"seq": end, "clock": max(previous, clock)}
 
     def reportLatestOffset(self) -> dict | None:
         return {"seq": self._info().state.last_seq + 1}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return split_range(int(start["seq"]), int(end["seq"]), self.parallelism, self.min_partition)
+        parts: list[InputPartition] = list(
+            split_range(int(start["seq"]), int(end["seq"]), self.parallelism, self.min_partition)
+        )
+        if self.sampling:
+            parts.append(ClockRows(int(end.get("clock", 0)), self.buckets))
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, ClockRows):
+            yield clock_batch(self.stream, partition)
+            return
         assert isinstance(partition, SequenceRange)
         import asyncio
 
@@ -219,7 +347,10 @@ class NatsJetStreamReader(DataSourceStreamReader):
                 await nc.close()
 
         for chunk in asyncio.run(fetch()):
-            yield to_record_batch(self.stream, chunk)
+            if self.sampling:
+                yield to_sampling_batch(self.stream, chunk, self.extractor, self.buckets)
+            else:
+                yield to_record_batch(self.stream, chunk)
 
     def commit(self, end: dict) -> None:
         pass
@@ -240,7 +371,7 @@ class NatsJetStreamDataSource(DataSource):
         return "nats-jetstream"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        return SAMPLING_SCHEMA_DDL if _bool(self.options.get("sampling")) else SCHEMA_DDL
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return NatsJetStreamReader(dict(self.options))

@@ -99,16 +99,27 @@ class OrderedSink:
             result.seconds - (collected - started),
         )
 
-    def publish_table(self, table: pa.Table, now: float | None = None) -> BatchResult:
+    def publish_table(
+        self,
+        table: pa.Table,
+        now: float | None = None,
+        copy_mask: Any = None,
+        sizes: Any = None,
+    ) -> BatchResult:
+        """Publish the rows of `table` (in seq order) that are above the floor, fresh enough and,
+        when sampling, selected by `copy_mask`; `sizes` gives payload sizes of rows whose data
+        was dropped upstream (skipped by sampling)."""
         r = BatchResult(received=table.num_rows)
         if table.num_rows == 0:
             return r
-        sizes = pc.binary_length(table.column("data"))
+        sizes = pc.binary_length(table.column("data")) if sizes is None else sizes
         r.received_bytes = int(pc.sum(sizes).as_py() or 0)
         seqs = table.column("seq")
         r.last_seq = int(pc.max(seqs).as_py())
         keep = pc.greater(seqs, self.floor)
         r.already_copied = table.num_rows - int(pc.sum(keep).as_py() or 0)
+        if copy_mask is not None:
+            keep = pc.and_(keep, copy_mask)
         if self.s.max_age_seconds is not None:
             cutoff_us = int(((now or time.time()) - self.s.max_age_seconds) * 1e6)
             fresh = pc.greater_equal(pc.cast(table.column("timestamp"), pa.int64()), cutoff_us)
