@@ -1,0 +1,245 @@
+"""Sampling and advisories end to end: real NATS servers, the real replicator CLI (Spark), an
+emulated fleet. Every copied message and every advisory is compared with the plain reference
+of the rules computed from what the source stream actually holds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+from helpers import count, create_stream, publish, read_all, run, start_replicator, wait_for, write_config
+
+from replicator.headers import parse_source_header
+from replicator.sampling.reference import reference
+from replicator.sampling.rules import Message, SamplingParams
+
+pytestmark = pytest.mark.integration
+
+SPEEDUP = 600  # 300 s publish interval -> 0.5 s; 1 h inspect -> 6 s; 30 m warn -> 3 s
+INSPECT_MS, WARN_MS = 6000, 3000
+SUBJECTS = ["choria.stream.input.registration.>"]
+
+
+def fleet_file(
+    path: Path, duration: str, events: list[dict[str, Any]], nodes: int = 200, seed: int = 3
+) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "sampling-it",
+                "seed": seed,
+                "speedup": SPEEDUP,
+                "duration": duration,
+                "fleet": {"nodes": nodes, "sizes": {"median": 1300, "min": 1100, "max": 2500}},
+                "events": events,
+            }
+        )
+    )
+    return path
+
+
+def emulate(scenario: Path, url: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(scenario), "--url", url],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def sampling_stream(src: str, dst: str, **over: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "stream": "REG",
+        "source_url": src,
+        "target_url": dst,
+        "inspect_field": "sender",
+        "inspect_duration": f"{INSPECT_MS // 1000}s",
+        "warn_duration": f"{WARN_MS // 1000}s",
+        "size_trigger": 300,
+        "inspect_force_field": "force",
+        "advisory": {"subject": "choria.adv.%s.%v", "reliable": True},
+    }
+    cfg.update(over)
+    return cfg
+
+
+def expected(
+    src: str, stream: str, key: Any, p: SamplingParams
+) -> tuple[list[int], list[tuple[str, str, int]]]:
+    msgs = run(read_all(src, stream))
+    ref = []
+    for m in msgs:
+        sender, force = key(m)
+        ref.append(Message(m.seq, sender, m.ts_ns // 1_000_000, len(m.data), force))
+    final = max(m.ts_ms for m in ref) + p.inspect_ms  # every silent sender has expired by then
+    copied, advs = reference(ref, final, p)
+    return copied, sorted((a.sender, a.event, a.event_ms // 1000) for a in advs)
+
+
+def got(
+    src: str, dst: str, target: str, adv_stream: str, config_name: str
+) -> tuple[list[int], list[Any], list[Any]]:
+    copies = run(read_all(dst, target))
+    seqs = []
+    for m in copies:
+        mark = parse_source_header((m.headers or {}).get("Choria-SR-Source"))
+        assert mark is not None and mark.config_name == config_name
+        seqs.append(mark.sequence)
+    docs = [json.loads(a.data) for a in run(read_all(src, adv_stream))]
+    return seqs, sorted((d["value"], d["event"], d["timestamp"]) for d in docs), docs
+
+
+def by_sender_field(m: Any) -> tuple[str | None, bool]:
+    try:
+        doc = orjson.loads(m.data)
+    except orjson.JSONDecodeError:
+        return None, False
+    return doc.get("sender"), doc.get("force") is True
+
+
+def params(stream: str = "REG") -> SamplingParams:
+    return SamplingParams(inspect_ms=INSPECT_MS, warn_ms=WARN_MS, size_trigger=300, stream=stream)
+
+
+def wait_advisories(src: str, n: int, proc: Any, timeout: float = 60) -> None:
+    wait_for(lambda: run(count(src, "ADV")) >= n, timeout, f"{n} advisories", proc)
+
+
+def test_fleet_sampling_matches_the_rules_copy_by_copy_and_advisory_by_advisory(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", SUBJECTS))
+    run(create_stream(src, "ADV", ["choria.adv.>"]))
+    scenario = fleet_file(
+        tmp_path / "fleet.yaml",
+        "2h",
+        [
+            {"type": "down", "at": "30m", "duration": "40m", "count": 8},  # timeout, then recover
+            {"type": "down", "at": "30m", "duration": "90m", "count": 6},  # timeout, expire, new
+            {"type": "retire", "at": "20m", "count": 5},  # timeout, expire
+            {"type": "metadata", "at": "50m", "bytes": 600, "count": 10},  # size trigger
+            {"type": "force", "at": "55m", "count": 7},  # force field true
+        ],
+    )
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)], monitor_port=0)
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: "replicating to" in rep.output(), 120, "the query to start", rep)
+        emulate(scenario, src)
+        want_copied, want_advs = expected(src, "REG", by_sender_field, params())
+        wait_advisories(src, len(want_advs), rep)
+        wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "copies", rep)
+        time.sleep(2)  # nothing more may arrive
+    finally:
+        assert rep.stop() == 0, rep.output()
+    copied, advs, docs = got(src, dst, "REG", "ADV", "dc1")
+    assert copied == want_copied
+    assert advs == want_advs
+    events = Counter(e for _, e, _ in advs)
+    assert events["recover"] >= 8 and events["expire"] >= 11 and events["new"] == 200
+    # Steady nodes: one copy per inspect interval of their 300 s publishes (~12x fewer).
+    published = run(count(src, "REG"))
+    assert 8 < published / len(copied) < 13
+    assert {d["protocol"] for d in docs} == {"io.choria.sr.v2.age_advisory"}
+    assert all(d["replicator"] == "dc1" and d["inspect_field"] == "sender" for d in docs)
+    assert len({d["event_id"] for d in docs}) == len(docs)  # no advisory doubled
+
+
+def test_header_and_subject_token_keys_and_messages_without_a_sender(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "BYHDR", ["hdr.>"]))
+    run(create_stream(src, "BYTOK", ["tok", "tok.>"]))
+    run(create_stream(src, "ADV", ["choria.adv.>"]))
+    streams = [
+        sampling_stream(src, dst, stream="BYHDR", name="hdr", inspect_field="", inspect_header="X-Node",
+                        inspect_force_field="", target_stream="HDR_COPY", target_subject_prefix="copy"),
+        sampling_stream(src, dst, stream="BYTOK", name="tok", inspect_field="", inspect_subject_token=2,
+                        inspect_force_field="", target_stream="TOK_COPY", target_subject_prefix="copy"),
+    ]  # fmt: skip
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", streams, monitor_port=0)
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: rep.output().count("replicating to") >= 2, 120, "both queries to start", rep)
+        for rnd in range(8):  # every 0.5 s for 4 s: within one inspect interval
+            hdr = [(f"hdr.{i}", b"x" * 100, {"X-Node": f"n{i}"} if i < 5 else None) for i in range(8)]
+            tok = [(f"tok.n{i}.reg", b"y" * 100, None) for i in range(5)] + [("tok", b"z", None)]
+            run(publish(src, hdr + tok))
+            time.sleep(0.5)
+            del rnd
+        want_h = expected(src, "BYHDR", lambda m: ((m.headers or {}).get("X-Node"), False), params("BYHDR"))
+        want_t = expected(
+            src, "BYTOK", lambda m: ((m.subject.split(".") + [None, None])[1], False), params("BYTOK")
+        )
+        wait_advisories(src, len(want_h[1]) + len(want_t[1]), rep)
+        wait_for(lambda: run(count(dst, "TOK_COPY")) >= len(want_t[0]), 60, "token copies", rep)
+        wait_for(lambda: run(count(dst, "HDR_COPY")) >= len(want_h[0]), 60, "header copies", rep)
+        time.sleep(2)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    copied_h = [
+        parse_source_header(m.headers["Choria-SR-Source"]).sequence for m in run(read_all(dst, "HDR_COPY"))
+    ]  # type: ignore[union-attr,index]
+    copied_t = [
+        parse_source_header(m.headers["Choria-SR-Source"]).sequence for m in run(read_all(dst, "TOK_COPY"))
+    ]  # type: ignore[union-attr,index]
+    assert copied_h == want_h[0] and copied_t == want_t[0]
+    # 3 of 8 header messages per round have no X-Node: all 24 copied, plus the 5 senders once.
+    assert len(copied_h) == 24 + 5
+    # "tok" has no second token: its 8 messages are all copied, plus the 5 senders once.
+    assert len(copied_t) == 8 + 5
+    advs = sorted(
+        (d["value"], d["event"], d["timestamp"])
+        for d in (json.loads(a.data) for a in run(read_all(src, "ADV")))
+    )
+    assert advs == sorted(want_h[1] + want_t[1])
+    assert Counter(e for _, e, _ in advs) == {"new": 10, "timeout": 10, "expire": 10}
+
+
+def test_kill_9_and_a_backlog_longer_than_warn_give_no_false_timeouts_and_nothing_twice(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", SUBJECTS))
+    run(create_stream(src, "ADV", ["choria.adv.>"]))
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)], monitor_port=0)
+    rep = start_replicator(cfg)
+    wait_for(lambda: "replicating to" in rep.output(), 120, "the query to start", rep)
+    # The fleet publishes for 12 s (2 inspect intervals); the replicator is killed -9 after 4 s
+    # and stays down for ~8 s (more than warn_duration) while the fleet keeps publishing.
+    fleet = subprocess.Popen(
+        [sys.executable, "-m", "emulator.cli", "run", "--scenario",
+         str(fleet_file(tmp_path / "fleet.yaml", "2h", [{"type": "retire", "at": "40m", "count": 4}], nodes=150)),
+         "--url", src],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(4)
+    rep.kill9()
+    time.sleep(5)
+    rep = start_replicator(cfg)
+    try:
+        assert fleet.wait(120) == 0, fleet.stderr.read() if fleet.stderr else ""
+        want_copied, want_advs = expected(src, "REG", by_sender_field, params())
+        wait_advisories(src, len(want_advs), rep, timeout=120)
+        wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "copies", rep)
+        time.sleep(2)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    copied, advs, docs = got(src, dst, "REG", "ADV", "dc1")
+    assert copied == want_copied  # nothing lost, nothing twice
+    assert advs == want_advs  # advisories exactly once, none false
+    # Only the retired nodes and the end of the run silence anyone: no node that kept
+    # publishing through the outage was advised as timed out before the fleet stopped.
+    last_publish = max(m.ts_ns for m in run(read_all(src, "REG"))) // 1_000_000_000
+    early = [d for d in docs if d["event"] == "timeout" and d["timestamp"] < last_publish - 1]
+    assert len(early) == 4
+    assert len({d["event_id"] for d in docs}) == len(docs)
