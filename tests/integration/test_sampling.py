@@ -170,16 +170,13 @@ def test_header_and_subject_token_keys_and_messages_without_a_sender(
     rep = start_replicator(cfg)
     try:
         wait_for(lambda: rep.output().count("replicating to") >= 2, 120, "both queries to start", rep)
-        for rnd in range(8):  # every 0.5 s for 4 s: within one inspect interval
+        for _ in range(8):  # every 0.5 s for 4 s: within one inspect interval
             hdr = [(f"hdr.{i}", b"x" * 100, {"X-Node": f"n{i}"} if i < 5 else None) for i in range(8)]
             tok = [(f"tok.n{i}.reg", b"y" * 100, None) for i in range(5)] + [("tok", b"z", None)]
             run(publish(src, hdr + tok))
             time.sleep(0.5)
-            del rnd
         want_h = expected(src, "BYHDR", lambda m: ((m.headers or {}).get("X-Node"), False), params("BYHDR"))
-        want_t = expected(
-            src, "BYTOK", lambda m: ((m.subject.split(".") + [None, None])[1], False), params("BYTOK")
-        )
+        want_t = expected(src, "BYTOK", lambda m: ([*m.subject.split("."), None][1], False), params("BYTOK"))
         wait_advisories(src, len(want_h[1]) + len(want_t[1]), rep)
         wait_for(lambda: run(count(dst, "TOK_COPY")) >= len(want_t[0]), 60, "token copies", rep)
         wait_for(lambda: run(count(dst, "HDR_COPY")) >= len(want_h[0]), 60, "header copies", rep)
