@@ -75,6 +75,39 @@ def run(
     sys.exit(code)
 
 
+admin = typer.Typer(no_args_is_help=True, help="Inspect a replicator's state.")
+app.add_typer(admin, name="admin")
+
+
+@admin.command("state")
+def admin_state(
+    config: ConfigOpt,
+    value: Annotated[str | None, typer.Argument(help="Show only this sender")] = None,
+    stream: Annotated[str | None, typer.Option(help="Only this stream (its name or stream)")] = None,
+    limit: Annotated[int, typer.Option(min=0, help="List at most this many senders")] = 100,
+) -> None:
+    """List the senders a sampling stream tracks (seen, copied, size, advised) and counts."""
+    cfg = _load(config)
+    try:
+        streams = [cfg.stream_named(stream)] if stream else [s for s in cfg.streams if s.sampling]
+    except ConfigError as e:
+        _fail(str(e))
+        return
+    if not streams or not all(s.sampling for s in streams):
+        _fail("no sampling stream selected: state exists only for streams with inspect_field, "
+              "inspect_header or inspect_subject_token")  # fmt: skip
+    from replicator.admin import format_state, read_state
+
+    for s in streams:
+        try:
+            st = read_state(cfg, s)
+        except RuntimeError as e:
+            _fail(str(e))
+            return
+        for line in format_state(s, st, value, limit):
+            typer.echo(line)
+
+
 def main() -> None:
     app()
 

@@ -240,3 +240,41 @@ def test_kill_9_and_a_backlog_longer_than_warn_give_no_false_timeouts_and_nothin
     early = [d for d in docs if d["event"] == "timeout" and d["timestamp"] < last_publish - 1]
     assert len(early) == 4
     assert len({d["event_id"] for d in docs}) == len(docs)
+
+
+def test_admin_state_lists_tracked_senders_from_the_checkpoint(source_server, nats_server, tmp_path: Path) -> None:
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", SUBJECTS))
+    stream = sampling_stream(src, dst, inspect_duration="1h", warn_duration="30m", advisory=None)
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [stream], monitor_port=0)
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: "replicating to" in rep.output(), 120, "the query to start", rep)
+        for size in (1000, 1100, 1200):  # 100-byte steps: below size_trigger
+            items = [(f"{SUBJECTS[0][:-1]}n{i}", json.dumps({"sender": f"n{i}", "pad": "x" * size}).encode(), None)
+                     for i in range(5)]  # fmt: skip
+            run(publish(src, items))
+            time.sleep(0.3)
+        wait_for(lambda: run(count(dst, "REG")) == 5, 60, "the 5 first copies", rep)
+        time.sleep(3)  # a few more batches: the last messages are in the committed state
+    finally:
+        assert rep.stop() == 0, rep.output()
+    msgs = run(read_all(src, "REG"))
+    from helpers import cli
+
+    out = cli("admin", "state", "--config", str(cfg))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "5 tracked senders, 0 advised timed out" in lines[0]
+    rows = {ln.split()[0]: ln.split() for ln in lines[2:]}
+    assert sorted(rows) == [f"n{i}" for i in range(5)]
+    for i in range(5):
+        mine = [m for m in msgs if json.loads(m.data)["sender"] == f"n{i}"]
+        _, seen, copied, size, advised = rows[f"n{i}"]
+        assert int(size) == len(mine[-1].data) and advised == "no"
+        assert seen[:19] == time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(mine[-1].ts_ns / 1e9))
+        assert copied[:19] == time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(mine[0].ts_ns / 1e9))
+    one = cli("admin", "state", "--config", str(cfg), "n3")
+    assert one.returncode == 0 and len(one.stdout.splitlines()) == 3
+    missing = cli("admin", "state", "--config", str(cfg), "nobody")
+    assert "nobody: not tracked" in missing.stdout

@@ -1,0 +1,83 @@
+"""`stream-replicator admin state`: what the sampling state in a checkpoint holds.
+
+Reads the last committed state of a stream's sampling operator with Spark's state data
+source (`format("statestore")`), a batch job on the checkpoint: the replicator may be running
+or stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from replicator.config import Config, StreamConfig
+from replicator.replication import checkpoint_dir
+from replicator.sampling.rules import SenderTable
+
+
+@dataclass(frozen=True)
+class TrackedSender:
+    sender: str
+    seen_ms: int
+    copied_ms: int
+    size: int
+    advised: bool
+    bucket: int
+
+
+@dataclass
+class StateSummary:
+    senders: list[TrackedSender]
+    clock_ms: int
+    buckets: int
+
+
+def read_state(cfg: Config, s: StreamConfig, master: str = "local[1]") -> StateSummary:
+    ckpt = checkpoint_dir(cfg, s)
+    if not (ckpt / "state").is_dir():
+        raise RuntimeError(f"{s.name}: no sampling state under {ckpt} yet (has the replicator run?)")
+    from replicator.spark.session import build_session
+
+    spark = build_session(master, f"stream-replicator-admin-{cfg.name}")
+    try:
+        rows = (
+            spark.read.format("statestore")
+            .load(str(ckpt))
+            .select("key.bucket", "value.groupState.table")
+            .collect()
+        )
+    finally:
+        spark.stop()
+    senders: list[TrackedSender] = []
+    clock = 0
+    for bucket, blob in rows:
+        table = SenderTable.loads(bytes(blob) if blob is not None else None)
+        clock = max(clock, table.clock_ms)
+        senders += [
+            TrackedSender(k, seen, copied, size, warned, int(bucket))
+            for k, seen, copied, size, warned in table.rows()
+        ]
+    senders.sort(key=lambda t: t.sender)
+    return StateSummary(senders, clock, len(rows))
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z" if ms else "-"
+
+
+def format_state(s: StreamConfig, st: StateSummary, value: str | None, limit: int) -> Iterator[str]:
+    advised = sum(1 for t in st.senders if t.advised)
+    yield (
+        f"{s.name} ({s.stream}): {len(st.senders):,} tracked senders, {advised:,} advised timed out, "
+        f"event-time clock {_when(st.clock_ms)}"
+    )
+    shown = [t for t in st.senders if value is None or t.sender == value]
+    if value is not None and not shown:
+        yield f"{value}: not tracked (never seen, or expired)"
+        return
+    yield f"{'sender':40s} {'seen':24s} {'copied':24s} {'size':>8s} advised"
+    for t in shown[:limit]:
+        yield f"{t.sender:40s} {_when(t.seen_ms):24s} {_when(t.copied_ms):24s} {t.size:8d} {'yes' if t.advised else 'no'}"
+    if len(shown) > limit:
+        yield f"... {len(shown) - limit:,} more (--limit)"
