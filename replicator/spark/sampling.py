@@ -161,11 +161,18 @@ class SamplingSink:
                 await nc.publish(subject, data)
             await nc.flush(timeout=30)
             return
-        # Reliable: JetStream publishes with the event id as Nats-Msg-Id, each retried until
-        # acknowledged; if they cannot all be stored the batch fails and is replayed (the ids
-        # make a replay a no-op for what was stored).
-        js = nc.jetstream()
-        for subject, data, hdr in zip(subjects, datas, headers, strict=True):
+        # Reliable: pipelined JetStream publishes with the event id as Nats-Msg-Id; any not
+        # acknowledged are retried one by one, and if one still cannot be stored the batch fails
+        # and is replayed (the ids make a replay a no-op for what was stored).
+        js = nc.jetstream(publish_async_max_pending=4000)
+        futures = [
+            await js.publish_async(s, d, headers=h) for s, d, h in zip(subjects, datas, headers, strict=True)
+        ]
+        done, _ = await asyncio.wait(futures, timeout=30 + len(futures) / 1000)
+        for subject, data, hdr, fut in zip(subjects, datas, headers, futures, strict=True):
+            if fut in done and not fut.cancelled() and fut.exception() is None:
+                continue
+            fut.cancel()
             for attempt in range(10):
                 try:
                     await js.publish(subject, data, headers=hdr, timeout=5)

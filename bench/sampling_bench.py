@@ -1,0 +1,156 @@
+"""Sampling throughput (part of `make bench`): messages per second the replicator reads,
+decides and publishes (copies and reliable advisories) with sampling on, against the plain
+nats-py copier on the same 100,000 messages in the same run.
+
+For each sender count the source holds `senders + 100,000` ~1 KB messages: first one from each
+sender (all new: copied and advised), then 100,000 more spread over the same senders, which
+are measured, so the rate is taken with the whole sender table in Spark's state. The rate is
+read from the replicator's own `total_messages` counter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+import yaml
+from nats.js.api import StreamConfig
+
+from bench.copy_bench import PLAIN_COPIER, fill, run_copier
+from bench.proctree import PeakRSS
+from loadtests.replicator_metrics import scrape
+from replicator.localnats import free_port, local_cluster
+
+MEASURED = 100_000
+
+
+async def fill_senders(url: str, senders: int, extra: int, size: int) -> None:
+    nc = await nats.connect(url)
+    js = nc.jetstream(publish_async_max_pending=8000)
+    await js.add_stream(StreamConfig(name="FLEET", subjects=["reg.>"], allow_direct=True))
+    await js.add_stream(StreamConfig(name="ADV", subjects=["adv.>"]))
+    pad = "x" * size
+    for i in range(senders + extra):
+        node = i % senders
+        body = f'{{"sender":"node{node:07d}.example.net","i":{i},"pad":"{pad}"}}'.encode()[: size + 60]
+        await js.publish_async(f"reg.{node % 1000}", body)
+    await js.publish_async_completed()
+    await nc.close()
+
+
+def run_sampling(src: str, dst: str, work: Path, total: int, senders: int) -> dict[str, Any]:
+    port = free_port()
+    cfg = work / f"sampling-{senders}.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "name": "bench",
+                "state_store": str(work / f"state-{senders}"),
+                "monitor_port": port,
+                "streams": [
+                    {
+                        "stream": "FLEET",
+                        "source_url": src,
+                        "target_url": dst,
+                        "target_subject_prefix": "copy",
+                        "inspect_field": "sender",
+                        "inspect_duration": "1h",
+                        "advisory": {"subject": "adv.%s.%v", "reliable": True},
+                    }
+                ],
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replicator.cli", "run", "--config", str(cfg)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/metrics"
+    start_at = total - MEASURED
+    t_start = t_end = 0.0
+    try:
+        with PeakRSS(proc.pid) as rss:
+            deadline = time.monotonic() + 3600
+            while time.monotonic() < deadline:
+                try:
+                    got = scrape(url)["received"]
+                except OSError:
+                    got = 0
+                now = time.monotonic()
+                if not t_start and got >= start_at:
+                    t_start, base = now, got
+                if got >= total:
+                    t_end = now
+                    break
+                if proc.poll() is not None:
+                    raise SystemExit("replicator exited during the sampling bench")
+                time.sleep(0.2)
+            final = scrape(url)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(40)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+    if not t_end:
+        raise SystemExit("sampling bench did not finish within an hour")
+    return {
+        "senders": senders,
+        "msgs_per_s": (total - base) / (t_end - t_start),
+        "copied": int(final["copied"]),
+        "received": int(final["received"]),
+        "rss_mb": rss.peak / 1e6,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--senders", default="10000,1000000", help="comma-separated sender counts")
+    ap.add_argument("--size", type=int, default=1000)
+    ap.add_argument("--out", default="reports/sampling_bench.json")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sr-sampling-bench-"))
+    results: dict[str, Any] = {}
+
+    with local_cluster(1, "psrc") as s, local_cluster(1, "pdst") as d:
+        asyncio.run(fill(s.url, "BENCH", MEASURED, args.size))
+        asyncio.run(fill(d.url, "TARGET", 0, args.size, subjects="copy.reg.>"))
+        script = work / "plain_copier.py"
+        script.write_text(PLAIN_COPIER)
+        plain = run_copier("plain nats-py copier", [sys.executable, str(script), s.url, d.url, "BENCH", "TARGET"],
+                           d.url, "TARGET", MEASURED, lambda: [])  # fmt: skip
+    results["plain_msgs_per_s"] = plain["msgs_per_s"]
+    print(f"plain nats-py copier: {plain['msgs_per_s']:,.0f} msg/s ({MEASURED:,} messages)")
+
+    rows = []
+    for senders in (int(x) for x in args.senders.split(",")):
+        with local_cluster(1, "ssrc") as s, local_cluster(1, "sdst") as d:
+            t0 = time.monotonic()
+            asyncio.run(fill_senders(s.url, senders, MEASURED, args.size))
+            print(
+                f"{senders:,} senders: filled {senders + MEASURED:,} messages in {time.monotonic() - t0:.0f}s"
+            )
+            r = run_sampling(s.url, d.url, work, senders + MEASURED, senders)
+        r["ratio_vs_plain"] = r["msgs_per_s"] / plain["msgs_per_s"]
+        rows.append(r)
+        print(
+            f"sampling, {senders:>9,} senders: {r['msgs_per_s']:8,.0f} msg/s = {r['ratio_vs_plain']:.2f}x plain "
+            f"(copied {r['copied']:,} of {r['received']:,}; peak RSS {r['rss_mb']:,.0f} MB)"
+        )
+    results["sampling"] = rows
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    print(f"written {args.out}")
+
+
+if __name__ == "__main__":
+    main()
