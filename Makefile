@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-unit test-integration demo bench bench-emulator loadtest lint format clean
+.PHONY: install test test-unit test-integration demo bench bench-emulator loadtest scenarios lint format clean
 
 install: $(STAMP)
 
@@ -34,6 +34,10 @@ bench: install
 
 bench-emulator: install
 	$(BIN)/python -m bench.emulator_bench
+
+# Every shipped scenario on real NATS clusters (reports/scenarios/: JSON, PNG, logs).
+scenarios: install
+	$(BIN)/stream-replicator scenario run scenarios/*.yaml
 
 # USERS, SPAWN_RATE, DURATION, SOURCE_URL, TARGET_URL override (e.g. make loadtest USERS=2000).
 loadtest: install

@@ -108,6 +108,43 @@ def admin_state(
             typer.echo(line)
 
 
+scenario = typer.Typer(no_args_is_help=True, help="Run scenario files on real NATS servers.")
+app.add_typer(scenario, name="scenario")
+
+
+@scenario.command("run")
+def scenario_run(
+    files: Annotated[list[Path], typer.Argument(help="Scenario YAML files")],
+    report_dir: Annotated[Path, typer.Option(help="Where reports (JSON, PNG, logs) go")] = Path(
+        "reports/scenarios"
+    ),
+) -> None:
+    """Run scenarios: fleet + outages + replicator, checked against the ground truth."""
+    from emulator.scenario import ScenarioError
+    from replicator.logs import setup_logging
+    from replicator.scenario.runner import run_scenario
+    from replicator.scenario.spec import load_spec
+
+    try:
+        specs = [load_spec(f) for f in files]
+    except ScenarioError as e:
+        _fail(str(e))
+        return
+    setup_logging("info")
+    failed = []
+    for spec in specs:
+        report, _ = run_scenario(spec, report_dir)
+        typer.echo(report.table())
+        if not report.ok:
+            failed.append(spec.scenario.name)
+    typer.echo(
+        f"{len(specs) - len(failed)} passed, {len(failed)} failed"
+        + (f": {', '.join(failed)}" if failed else "")
+    )
+    if failed:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

@@ -242,7 +242,9 @@ def test_kill_9_and_a_backlog_longer_than_warn_give_no_false_timeouts_and_nothin
     assert len({d["event_id"] for d in docs}) == len(docs)
 
 
-def test_admin_state_lists_tracked_senders_from_the_checkpoint(source_server, nats_server, tmp_path: Path) -> None:
+def test_admin_state_lists_tracked_senders_from_the_checkpoint(
+    source_server, nats_server, tmp_path: Path
+) -> None:
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "REG", SUBJECTS))
     stream = sampling_stream(src, dst, inspect_duration="1h", warn_duration="30m", advisory=None)

@@ -1,0 +1,142 @@
+"""Ground truth for a scenario run: the sampling rules applied to what the source stream
+actually holds, compared message by message and advisory by advisory with what arrived."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from replicator.headers import SOURCE_HEADER, parse_source_header
+from replicator.nats.jetstream import RawMessage
+from replicator.sampling.extract import SenderExtractor
+from replicator.sampling.reference import reference
+from replicator.sampling.rules import Message, SamplingParams
+
+AdvKey = tuple[str, str, int]  # (value, event, timestamp s)
+
+
+@dataclass
+class Check:
+    name: str
+    expected: Any
+    got: Any
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class Truth:
+    copied: list[int]
+    advisories: list[AdvKey]
+    published: int
+    final_clock_ms: int
+
+
+def ground_truth(
+    source: list[RawMessage], extractor: SenderExtractor | None, p: SamplingParams | None
+) -> Truth:
+    if extractor is None or p is None:
+        return Truth([m.seq for m in source], [], len(source), 0)
+    msgs = []
+    for m in source:
+        sender, force = extractor.extract(m.subject, m.headers, m.data)
+        msgs.append(Message(m.seq, sender, m.ts_ns // 1_000_000, len(m.data), force))
+    # The run ends after every sender that went silent has expired.
+    final = (max(m.ts_ms for m in msgs) if msgs else 0) + p.inspect_ms
+    copied, advs = reference(msgs, final, p)
+    return Truth(copied, sorted((a.sender, a.event, a.event_ms // 1000) for a in advs), len(msgs), final)
+
+
+def copied_sequences(target: list[RawMessage]) -> list[int]:
+    out = []
+    for m in target:
+        mark = parse_source_header((m.headers or {}).get(SOURCE_HEADER))
+        if mark is not None:
+            out.append(mark.sequence)
+    return out
+
+
+def advisory_keys(advisories: list[RawMessage]) -> list[AdvKey]:
+    docs = [json.loads(m.data) for m in advisories]
+    return sorted((d["value"], d["event"], int(d["timestamp"])) for d in docs)
+
+
+def _examples(items: list[Any], n: int = 5) -> str:
+    return ", ".join(map(str, items[:n])) + (" ..." if len(items) > n else "")
+
+
+def compare_copies(truth: Truth, got: list[int]) -> Check:
+    want, have = Counter(truth.copied), Counter(got)
+    missing, extra = sorted((want - have).elements()), sorted((have - want).elements())
+    order_ok = got == sorted(got)
+    detail = ""
+    if missing:
+        detail += f"missing seqs {_examples(missing)}; "
+    if extra:
+        detail += f"unexpected or doubled seqs {_examples(extra)}; "
+    if not order_ok:
+        detail += "copies out of source order; "
+    return Check("copied messages", len(truth.copied), len(got), not (missing or extra) and order_ok, detail)
+
+
+def compare_advisories(truth: Truth, got: list[AdvKey], expect: Any, tolerance_s: int = 1) -> Check:
+    """Each expected advisory must arrive once with its event and value, its event time within
+    `tolerance_s`; nothing else may arrive."""
+    if isinstance(expect, dict):
+        counts = dict(Counter(e for _, e, _ in got))
+        return Check("advisory counts", expect, counts, counts == expect)
+    pending = Counter(got)
+    missing: list[AdvKey] = []
+    for key in truth.advisories:
+        if pending[key]:
+            pending[key] -= 1
+            continue
+        near = next(
+            (k for k in pending if pending[k] and k[:2] == key[:2] and abs(k[2] - key[2]) <= tolerance_s),
+            None,
+        )
+        if near is None:
+            missing.append(key)
+        else:
+            pending[near] -= 1
+    extra = sorted(pending.elements())
+    detail = ""
+    if missing:
+        detail += f"missing {_examples(missing)}; "
+    if extra:
+        detail += f"unexpected or doubled {_examples(extra)}; "
+    return Check(
+        "advisories (event, value, time)", len(truth.advisories), len(got), not (missing or extra), detail
+    )
+
+
+@dataclass
+class Report:
+    name: str
+    checks: list[Check] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def table(self) -> str:
+        rows = [f"scenario {self.name}: {'PASS' if self.ok else 'FAIL'}"]
+        width = max([len(c.name) for c in self.checks] + [10])
+        rows.append(f"  {'check':{width}}  {'expected':>14}  {'got':>14}  result")
+        for c in self.checks:
+            rows.append(f"  {c.name:{width}}  {c.expected!s:>14}  {c.got!s:>14}  {'ok' if c.ok else 'FAIL'}")
+            if c.detail:
+                rows.append(f"  {'':{width}}  -> {c.detail.rstrip('; ')}")
+        rows.append("  " + ", ".join(f"{k}={v}" for k, v in self.figures.items()))
+        return "\n".join(rows)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "checks": [c.__dict__ for c in self.checks],
+            "figures": self.figures,
+        }

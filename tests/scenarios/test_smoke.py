@@ -1,0 +1,45 @@
+"""The CI smoke scenario on real servers, and proof that a wrong expectation fails readably."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from replicator.scenario.runner import evaluate, run_scenario
+from replicator.scenario.spec import Expect, load_spec
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_smoke_scenario_passes_and_a_wrong_expectation_fails_with_a_readable_diff(tmp_path: Path) -> None:
+    spec = load_spec(ROOT / "scenarios" / "smoke-steady-10k.yaml")
+    report, obs = run_scenario(spec, tmp_path)
+    print(report.table())
+    assert report.ok, report.table()
+    names = {c.name for c in report.checks}
+    assert {"copied messages", "advisories (event, value, time)", "copy ratio (published/copied)"} <= names
+    assert obs.truth.published >= 10_000 * 23  # every node, every 300 s, for 2 h
+    assert (tmp_path / "smoke-steady-10k.json").exists() and (
+        tmp_path / "smoke-steady-10k.png"
+    ).stat().st_size > 5000
+
+    # The same observation judged against wrong expectations: the runner's checks fail, and say why.
+    wrong = spec.model_copy(update={"expect": Expect(copy_ratio=(20, 30), events={"recover": (5, 10)})})
+    bad = evaluate(wrong, obs)
+    assert not bad.ok
+    table = bad.table()
+    assert "FAIL" in table.splitlines()[0]
+    assert "copy ratio (published/copied)           20-30" in table
+    assert "recover advisories" in table and "5-10" in table
+
+    # A missing copy and a doubled advisory are named in the diff.
+    obs.copies = obs.copies[1:]
+    obs.advisories = [*obs.advisories, obs.advisories[0]]
+    broken = evaluate(spec, obs)
+    text = broken.table()
+    assert not broken.ok
+    assert f"missing seqs {obs.truth.copied[0]}" in text
+    assert "unexpected or doubled" in text

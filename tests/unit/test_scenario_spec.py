@@ -1,0 +1,63 @@
+"""Scenario files: every shipped one validates; bad ones are one-line errors naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from emulator.scenario import ScenarioError
+from replicator.scenario.spec import load_spec
+from replicator.scenario.truth import Truth, compare_advisories, compare_copies
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_scenarios_validate(path: Path) -> None:
+    spec = load_spec(path)
+    assert spec.replicator.sampling and spec.expect.advisories == "exact"
+    entry = spec.replicator_stream("nats://a:4222", "nats://b:4222")
+    assert entry["inspect_duration"] == f"{3600 / spec.scenario.speedup * 1000:.0f}ms"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("replicator: {inspect_feld: sender}", "replicator.inspect_feld: unknown key"),
+        ("replicator: {inspect_field: sender}", "replicator.inspect_duration: needed"),
+        ("expect: {advisories: most}", "expect.advisories"),
+        ("topology: {source_servers: 9}", "topology.source_servers: Input should be less than or equal to 5"),
+        (
+            "replicator: {inspect_field: s, inspect_duration: 1h, down: [{at: 50m, duration: 1h}]}",
+            "must end within",
+        ),
+    ],
+)
+def test_bad_scenario_files(tmp_path: Path, extra: str, message: str) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text(f"name: s\nduration: 1h\nfleet: {{nodes: 10}}\n{extra}\n")
+    with pytest.raises(ScenarioError) as e:
+        load_spec(p)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_comparisons_name_what_differs() -> None:
+    truth = Truth(
+        copied=[1, 2, 3],
+        advisories=[("n1", "new", 100), ("n1", "timeout", 200)],
+        published=9,
+        final_clock_ms=0,
+    )
+    ok = compare_copies(truth, [1, 2, 3])
+    assert ok.ok and not ok.detail
+    bad = compare_copies(truth, [1, 3, 3, 4])
+    assert not bad.ok and "missing seqs 2" in bad.detail and "doubled seqs 3, 4" in bad.detail
+    assert not compare_copies(truth, [2, 1, 3]).ok  # order matters
+    assert compare_advisories(
+        truth, [("n1", "new", 101), ("n1", "timeout", 200)], "exact"
+    ).ok  # 1 s tolerance
+    far = compare_advisories(truth, [("n1", "new", 103), ("n1", "timeout", 200)], "exact")
+    assert not far.ok and "missing ('n1', 'new', 100)" in far.detail and "('n1', 'new', 103)" in far.detail
+    counts = compare_advisories(truth, [("n1", "new", 1)], {"new": 1, "timeout": 1})
+    assert not counts.ok
