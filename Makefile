@@ -31,6 +31,7 @@ demo: install
 
 bench: install
 	$(BIN)/python -m bench.copy_bench
+	$(BIN)/python -m bench.sampling_bench
 
 bench-emulator: install
 	$(BIN)/python -m bench.emulator_bench
