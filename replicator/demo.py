@@ -1,15 +1,16 @@
-"""`make demo`: two local NATS servers, a filled source stream, the replicator, a report.
+"""`make demo`: two local NATS servers, an emulated fleet, the replicator, a report.
 
 Everything runs embedded: two `nats-server` processes on loopback (source = a data centre,
-target = the centre), a source stream filled with Choria-shaped registration records, and the
-replicator's Spark job in this process. Stops by itself once the target has caught up.
+target = the centre), the fleet emulator filling the source stream with Choria registration
+records, and the replicator's Spark job in this process with two streams: a full copy, and a
+sampled copy (one record per node per hour, advisories about nodes). Stops by itself once both
+have caught up.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import tempfile
 import time
@@ -18,126 +19,128 @@ from pathlib import Path
 import nats
 from nats.js.api import StreamConfig
 
+from emulator.publisher import FleetPublisher
+from emulator.scenario import parse_scenario
+from emulator.schedule import Schedule
 from replicator.config import parse_config
 from replicator.localnats import local_cluster
 from replicator.logs import setup_logging
+from replicator.metrics import metrics
 from replicator.runner import Runner
 
-
-def registration_record(node: int, dc: str, size: int) -> bytes:
-    sender = f"node{node:06d}.{dc}.example.net"
-    body = {
-        "protocol": "choria:registration:inventorycontent:1",
-        "sender": sender,
-        "time": int(time.time()),
-        "data": {"agents": ["rpcutil", "package", "service"], "classes": ["roles::web"], "facts": {}},
-    }
-    pad = max(0, size - len(json.dumps(body)))
-    body["data"]["facts"] = {"padding": "x" * pad}  # type: ignore[index]
-    return json.dumps(body).encode()
+STREAM = "CHORIA_REGISTRATION"
 
 
-async def fill(url: str, messages: int, nodes: int, size: int) -> float:
-    nc = await nats.connect(url)
-    js = nc.jetstream(publish_async_max_pending=4000)
-    await js.add_stream(
-        StreamConfig(
-            name="CHORIA_REGISTRATION", subjects=["choria.stream.input.registration.>"], allow_direct=True
-        )
+def fill(url: str, nodes: int, per_node: int, size: int) -> tuple[int, float]:
+    """Publish `per_node` records from each of `nodes` emulated nodes, as fast as they go."""
+    interval = 300
+    scenario = parse_scenario(
+        {
+            "name": "demo",
+            "seed": 1,
+            "speedup": 10_000,  # far faster than one process publishes: a burst
+            "duration": interval * per_node,
+            "fleet": {"nodes": nodes, "sizes": {"median": size, "min": 1024, "max": max(size, 1024) * 4}},
+        }
     )
-    templates = [registration_record(n, "dc1", size) for n in range(min(nodes, 1000))]
-    t0 = time.monotonic()
-    for i in range(messages):
-        node = i % nodes
-        await js.publish_async(
-            f"choria.stream.input.registration.node{node:06d}.dc1.example.net",
-            templates[node % len(templates)],
-        )
-    await js.publish_async_completed()
-    took = time.monotonic() - t0
+    pub = FleetPublisher(Schedule(scenario), url, "jetstream", progress=False)
+    stats = asyncio.run(pub.run(create_stream=STREAM))
+    return stats.published, stats.wall_seconds
+
+
+async def advisory_stream(url: str) -> None:
+    nc = await nats.connect(url)
+    await nc.jetstream().add_stream(StreamConfig(name="CHORIA_ADVISORIES", subjects=["choria.advisories.>"]))
     await nc.close()
-    return took
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--nodes", type=int, default=5_000)
-    ap.add_argument("--size", type=int, default=1024, help="payload bytes")
+    ap.add_argument("--records", type=int, default=10, help="records per node")
+    ap.add_argument("--size", type=int, default=2048, help="median payload bytes")
     ap.add_argument("--timeout", type=float, default=300)
     args = ap.parse_args()
     setup_logging("warn")
     work = Path(tempfile.mkdtemp(prefix="sr-demo-"))
     print(f"demo: starting two local nats-servers (work dir {work})")
     with local_cluster(1, "dc1") as source, local_cluster(1, "central") as target:
-        took = asyncio.run(fill(source.url, args.messages, args.nodes, args.size))
+        published, took = fill(source.url, args.nodes, args.records, args.size)
+        asyncio.run(advisory_stream(source.url))
         print(
-            f"demo: source stream CHORIA_REGISTRATION on {source.url}: {args.messages:,} records "
-            f"from {args.nodes:,} nodes ({args.messages / took:,.0f} msg/s published)"
+            f"demo: fleet emulator published {published:,} registration records from {args.nodes:,} nodes "
+            f"into {STREAM} on {source.url} ({published / took:,.0f} msg/s)"
         )
+        common = {"stream": STREAM, "source_url": source.url, "target_url": target.url}
         cfg = parse_config(
             {
                 "name": "demo",
                 "state_store": str(work / "state"),
                 "streams": [
-                    {
-                        "name": "registration",
-                        "stream": "CHORIA_REGISTRATION",
-                        "source_url": source.url,
-                        "target_url": target.url,
-                        "target_stream": "FLEET_REGISTRATION",
-                        "target_subject_prefix": "fleet",
-                        "target_subject_remove": "choria.stream.input",
-                    }
+                    {**common, "name": "copy", "target_stream": "FLEET_REGISTRATION",
+                     "target_subject_prefix": "fleet", "target_subject_remove": "choria.stream.input"},
+                    {**common, "name": "sampled", "target_stream": "FLEET_SAMPLED",
+                     "target_subject_prefix": "sampled", "target_subject_remove": "choria.stream.input",
+                     "inspect_field": "sender", "inspect_duration": "1h", "size_trigger": 1024,
+                     "inspect_force_field": "force",
+                     "advisory": {"subject": "choria.advisories.%s.%v", "reliable": True}},
                 ],
             }
-        )
+        )  # fmt: skip
         runner = Runner(cfg, list(cfg.streams), "local[*]")
-        rep = runner.replications[0]
         t_start = time.monotonic()
-        first_copy: list[float] = []
-        caught_up: list[float] = []
+        first_copy: dict[str, float] = {}
+        done: list[float] = []
         last_print = [0.0]
-        last_lag: list[int | None] = [None]
 
         def progress(r: Runner) -> None:
-            sink = rep.sink
-            if sink is None:
-                return
-            copied = sink.totals.copied
-            if copied and not first_copy:
-                first_copy.append(time.monotonic())
-            lag = rep.lag  # the runner refreshed it just before calling us
-            last_lag[0] = lag
             now = time.monotonic()
+            line = []
+            for rep in r.replications:
+                if rep.sink is None:
+                    return
+                t = rep.sink.totals
+                if t.copied and rep.s.name not in first_copy:
+                    first_copy[rep.s.name] = now
+                line.append(f"{rep.s.name}: read {t.received:,} copied {t.copied:,} lag {rep.lag}")
             if now - last_print[0] >= 2:
-                print(f"demo: copied {copied:,}  lag {lag if lag is not None else '?'}", flush=True)
+                print("demo: " + " | ".join(line), flush=True)
                 last_print[0] = now
-            if copied >= args.messages and lag == 0:
-                caught_up.append(now)
+            if all(
+                rep.sink and rep.sink.totals.received >= published and rep.lag == 0 for rep in r.replications
+            ):
+                done.append(now)
                 r.request_stop()
             elif now - t_start > args.timeout:
                 print("demo: timed out before the target caught up")
                 r.request_stop()
 
-        print("demo: starting the replicator (embedded Spark, local[*])")
+        print("demo: starting the replicator (embedded Spark, local[*]): a full copy and a sampled copy")
         runner.run(on_progress=progress)
-        sink = rep.sink
-        assert sink is not None
-        tot = sink.totals
         print("\n=== stream-replicator demo report ===")
-        print(f"source            CHORIA_REGISTRATION  {args.messages:,} messages, {args.size} B each")
-        print(f"target            FLEET_REGISTRATION   {tot.copied:,} copied, {tot.duplicates} duplicates")
-        if first_copy:
-            print(f"time to 1st copy  {first_copy[0] - t_start:.1f} s (includes JVM and Spark start)")
-        if first_copy and caught_up and caught_up[0] > first_copy[0]:
-            rate = tot.copied / (caught_up[0] - first_copy[0])
+        print(f"source   {STREAM}: {published:,} records from {args.nodes:,} nodes")
+        for rep in runner.replications:
+            assert rep.sink is not None
+            t = rep.sink.totals
+            first = first_copy.get(rep.s.name)
+            rate = t.received / (done[0] - first) if done and first and done[0] > first else 0
             print(
-                f"copy rate         {rate:,.0f} msg/s ({rate * args.size / 1e6:.1f} MB/s) after the first copy"
+                f"{rep.s.name:8} -> {rep.s.target_stream}: read {t.received:,}, copied {t.copied:,} "
+                f"({t.received / max(1, t.copied):.1f}:1), {t.duplicates} duplicates, final lag {rep.lag}; "
+                f"{rate:,.0f} msg/s after the first copy ({first - t_start if first else float('nan'):.1f} s to it, "
+                "JVM and Spark start included)"
             )
-        print(f"final lag         {last_lag[0]} messages")
+        events = {
+            s.labels["event"]: int(s.value)
+            for fam in metrics().advisories.collect()
+            for s in fam.samples
+            if s.name.endswith("_total")
+        }
+        print(
+            f"advisories on CHORIA_ADVISORIES: {events or 'none'} (the sampled stream saw every node as new)"
+        )
     shutil.rmtree(work, ignore_errors=True)
-    if not caught_up:
+    if not done:
         raise SystemExit(1)
 
 

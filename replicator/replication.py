@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -203,8 +205,16 @@ class StreamReplication:
         self.lag = lag
         return lag
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 10.0) -> None:
         if self.query is not None:
+            # Let a running batch finish first: interrupting it mid-publish is safe (it is
+            # replayed) but makes Spark log a cancelled job and its stack traces.
+            deadline = time.monotonic() + grace
+            with contextlib.suppress(Exception):
+                while self.query.isActive and self.query.status.get("isTriggerActive"):
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
             try:
                 self.query.stop()
             except Exception as e:  # a failed query may already be gone
