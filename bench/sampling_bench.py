@@ -27,8 +27,8 @@ from nats.js.api import StreamConfig
 
 from bench.copy_bench import PLAIN_COPIER, fill, run_copier
 from bench.proctree import PeakRSS
-from loadtests.replicator_metrics import scrape
 from replicator.localnats import free_port, local_cluster
+from replicator.metrics import scrape
 
 MEASURED = 100_000
 
@@ -47,7 +47,7 @@ async def fill_senders(url: str, senders: int, extra: int, size: int) -> None:
     await nc.close()
 
 
-def run_sampling(src: str, dst: str, work: Path, total: int, senders: int) -> dict[str, Any]:
+def run_sampling(src: str, dst: str, work: Path, total: int, senders: int, batch: int) -> dict[str, Any]:
     port = free_port()
     cfg = work / f"sampling-{senders}.yaml"
     cfg.write_text(
@@ -63,6 +63,7 @@ def run_sampling(src: str, dst: str, work: Path, total: int, senders: int) -> di
                         "target_url": dst,
                         "target_subject_prefix": "copy",
                         "inspect_field": "sender",
+                        "batch_max_messages": batch,
                         "inspect_duration": "1h",
                         "advisory": {"subject": "adv.%s.%v", "reliable": True},
                     }
@@ -105,6 +106,7 @@ def run_sampling(src: str, dst: str, work: Path, total: int, senders: int) -> di
         raise SystemExit("sampling bench did not finish within an hour")
     return {
         "senders": senders,
+        "batch_max_messages": batch,
         "msgs_per_s": (total - base) / (t_end - t_start),
         "copied": int(final["copied"]),
         "received": int(final["received"]),
@@ -116,6 +118,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--senders", default="10000,1000000", help="comma-separated sender counts")
     ap.add_argument("--size", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=10_000, help="batch_max_messages of the sampled stream")
     ap.add_argument("--out", default="reports/sampling_bench.json")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sr-sampling-bench-"))
@@ -139,7 +142,7 @@ def main() -> None:
             print(
                 f"{senders:,} senders: filled {senders + MEASURED:,} messages in {time.monotonic() - t0:.0f}s"
             )
-            r = run_sampling(s.url, d.url, work, senders + MEASURED, senders)
+            r = run_sampling(s.url, d.url, work, senders + MEASURED, senders, args.batch)
         r["ratio_vs_plain"] = r["msgs_per_s"] / plain["msgs_per_s"]
         rows.append(r)
         print(

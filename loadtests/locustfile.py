@@ -25,7 +25,7 @@ from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadtests.natsbridge import AsyncioBridge, Interrupted
-from loadtests.replicator_metrics import scrape
+from replicator.metrics import scrape
 
 SUBJECT_PREFIX = "choria.stream.input.registration."
 SPEEDUP = float(os.environ.get("SPEEDUP", "300"))

@@ -29,9 +29,9 @@ import nats
 import yaml
 from nats.js.api import StreamConfig
 
-from loadtests.replicator_metrics import scrape
 from replicator.durations import parse_duration
 from replicator.localnats import free_port, local_cluster
+from replicator.metrics import scrape
 
 HERE = Path(__file__).parent
 SUBJECTS = ["choria.stream.input.registration.>"]

@@ -70,6 +70,31 @@ class MetricLabels:
         return metric.labels(self.stream, self.replicator, self.worker)
 
 
+_SCRAPED = {
+    f"{_NS}_total_messages": "received",
+    f"{_NS}_copied_messages": "copied",
+    f"{_NS}_stream_lag_messages": "lag",
+    f"{_NS}_stream_sequence": "sequence",
+}
+
+
+def scrape(url: str, timeout: float = 2) -> dict[str, float]:
+    """A running replicator's received/copied counters, lag and sequence, summed over its
+    streams, read from its /metrics endpoint."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        text = r.read().decode()
+    out = dict.fromkeys(_SCRAPED.values(), 0.0)
+    for family in text_string_to_metric_families(text):
+        key = _SCRAPED.get(family.name)
+        if key:
+            out[key] += sum(s.value for s in family.samples if not s.name.endswith("_created"))
+    return out
+
+
 def serve(port: int) -> None:
     if port:
         start_http_server(port, addr="0.0.0.0")

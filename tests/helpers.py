@@ -18,8 +18,6 @@ import nats
 import yaml
 from nats.js.api import StreamConfig
 
-from replicator.nats.jetstream import DirectReader, RawMessage, stream_info
-
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
@@ -44,27 +42,6 @@ async def publish(
         futs = [await js.publish_async(s, d, headers=h) for s, d, h in items]
         acks = await asyncio.gather(*futs)
         return [a.seq for a in acks]
-    finally:
-        await nc.close()
-
-
-async def read_all(url: str, stream: str) -> list[RawMessage]:
-    nc = await nats.connect(url.split(","))
-    try:
-        info = await stream_info(nc, stream)
-        if info is None or info.state.messages == 0:
-            return []
-        chunks = await DirectReader(nc, stream).read(info.state.first_seq, info.state.last_seq + 1)
-        return [m for c in chunks for m in c]
-    finally:
-        await nc.close()
-
-
-async def count(url: str, stream: str) -> int:
-    nc = await nats.connect(url.split(","))
-    try:
-        info = await stream_info(nc, stream)
-        return 0 if info is None else int(info.state.messages)
     finally:
         await nc.close()
 

@@ -94,6 +94,35 @@ async def message_time_ms(nc: Client, stream: str, seq: int, direct: bool) -> in
     return m.ts_ns // 1_000_000 if m is not None else None
 
 
+async def count_messages(url: str, stream: str) -> int:
+    """Messages in `stream` now (0 if it does not exist), on a connection of its own."""
+    import nats
+
+    nc = await nats.connect(url.split(","))
+    try:
+        info = await stream_info(nc, stream)
+        return 0 if info is None else int(info.state.messages)
+    finally:
+        await nc.close()
+
+
+async def read_all(url: str, stream: str) -> list[RawMessage]:
+    """Every message of `stream` in sequence order (for checks: it holds them all in memory)."""
+    import nats
+
+    nc = await nats.connect(url.split(","), pending_size=256 * 1024 * 1024)
+    try:
+        info = await stream_info(nc, stream)
+        if info is None or info.state.messages == 0:
+            return []
+        chunks = await DirectReader(nc, stream, chunk=5000).read(
+            info.state.first_seq, info.state.last_seq + 1
+        )
+        return [m for c in chunks for m in c]
+    finally:
+        await nc.close()
+
+
 def target_stream_config(source: StreamConfig, name: str, prefix: str, remove: str) -> StreamConfig:
     """The target's configuration derived from the source's: same limits and storage, subjects
     rewritten like the messages, no mirror/sources, direct get on (the replicator reads its tail)."""

@@ -16,7 +16,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,8 @@ from nats.js.api import StreamConfig
 
 from emulator.publisher import stream_subjects
 from replicator.localnats import free_port
-from replicator.nats.jetstream import DirectReader, RawMessage, stream_info
+from replicator.metrics import scrape
+from replicator.nats.jetstream import count_messages, read_all
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import SamplingParams
 from replicator.scenario.spec import ScenarioSpec
@@ -45,46 +45,6 @@ from replicator.scenario.truth import (
 from replicator.servers import nats_cluster
 
 log = logging.getLogger(__name__)
-
-
-async def _stream_count(url: str, stream: str) -> int:
-    nc = await nats.connect(url.split(","))
-    try:
-        info = await stream_info(nc, stream)
-        return 0 if info is None else int(info.state.messages)
-    finally:
-        await nc.close()
-
-
-async def read_stream(url: str, stream: str) -> list[RawMessage]:
-    nc = await nats.connect(url.split(","), pending_size=256 * 1024 * 1024)
-    try:
-        info = await stream_info(nc, stream)
-        if info is None or info.state.messages == 0:
-            return []
-        reader = DirectReader(nc, stream, chunk=5000)
-        chunks = await reader.read(info.state.first_seq, info.state.last_seq + 1)
-        return [m for c in chunks for m in c]
-    finally:
-        await nc.close()
-
-
-def _scrape(url: str) -> dict[str, float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(url, timeout=2) as r:
-        text = r.read().decode()
-    out = {"received": 0.0, "copied": 0.0, "lag": 0.0, "sequence": 0.0}
-    names = {
-        "choria_stream_replicator_replicator_stream_sequence": "sequence",
-        "choria_stream_replicator_replicator_total_messages": "received",
-        "choria_stream_replicator_replicator_copied_messages": "copied",
-        "choria_stream_replicator_replicator_stream_lag_messages": "lag",
-    }
-    for fam in text_string_to_metric_families(text):
-        if fam.name in names:
-            out[names[fam.name]] += sum(s.value for s in fam.samples if not s.name.endswith("_created"))
-    return out
 
 
 @dataclass
@@ -110,11 +70,11 @@ class Sampler:
         while not self._stop.wait(1.0):
             row: dict[str, float] = {"t": time.monotonic() - t0}
             with contextlib.suppress(Exception):
-                row["published"] = asyncio.run(_stream_count(self.src, top.stream))
-                row["copied"] = asyncio.run(_stream_count(self.dst, top.target_stream or top.stream))
-                row["advisories"] = asyncio.run(_stream_count(self.src, top.advisory_stream))
+                row["published"] = asyncio.run(count_messages(self.src, top.stream))
+                row["copied"] = asyncio.run(count_messages(self.dst, top.target_stream or top.stream))
+                row["advisories"] = asyncio.run(count_messages(self.src, top.advisory_stream))
             with contextlib.suppress(Exception):
-                m = _scrape(self.metrics_url)
+                m = scrape(self.metrics_url)
                 row["lag"], row["received"], row["sequence"] = m["lag"], m["received"], m["sequence"]
             self.rows.append(row)
 
@@ -215,7 +175,7 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
             raise RuntimeError(f"emulator failed; see {report_dir / (s.name + '.emulator.log')}")
         publish_seconds = time.monotonic() - t0
         ext, params = _params(spec)
-        source_msgs = asyncio.run(read_stream(src, top.stream))
+        source_msgs = asyncio.run(read_all(src, top.stream))
         truth = ground_truth(source_msgs, ext, params)
         # Until the replicator has caught up and every silent sender has expired (then no
         # advisory can still come), or a generous limit.
@@ -223,17 +183,17 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
         deadline = time.monotonic() + settle + 120
         time.sleep(settle)
         while time.monotonic() < deadline:
-            adv = asyncio.run(_stream_count(src, top.advisory_stream)) if params else 0
-            copied = asyncio.run(_stream_count(dst, top.target_stream or top.stream))
+            adv = asyncio.run(count_messages(src, top.advisory_stream)) if params else 0
+            copied = asyncio.run(count_messages(dst, top.target_stream or top.stream))
             if adv >= len(truth.advisories) and copied >= len(truth.copied):
                 break
             time.sleep(1)
         time.sleep(2)
-        final = _scrape(f"http://127.0.0.1:{port}/metrics")
+        final = scrape(f"http://127.0.0.1:{port}/metrics")
         rep.stop()
         sampler.stop()
-        target_msgs = asyncio.run(read_stream(dst, top.target_stream or top.stream))
-        advisories = asyncio.run(read_stream(src, top.advisory_stream)) if params else []
+        target_msgs = asyncio.run(read_all(dst, top.target_stream or top.stream))
+        advisories = asyncio.run(read_all(src, top.advisory_stream)) if params else []
     obs = Observation(
         truth=truth,
         copies=copied_sequences(target_msgs),

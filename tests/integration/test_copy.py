@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 from helpers import (
-    count,
     create_stream,
     publish,
-    read_all,
     registration,
     run,
     start_replicator,
@@ -20,6 +18,8 @@ from helpers import (
 
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, parse_source_header
 from replicator.localnats import free_port
+from replicator.nats.jetstream import count_messages as count
+from replicator.nats.jetstream import read_all
 
 pytestmark = pytest.mark.integration
 

@@ -10,17 +10,16 @@ import nats
 import pytest
 from helpers import (
     cli,
-    count,
     create_stream,
     publish,
-    read_all,
     run,
     start_replicator,
     wait_for,
     write_config,
 )
 
-from replicator.nats.jetstream import stream_info
+from replicator.nats.jetstream import count_messages as count
+from replicator.nats.jetstream import read_all, stream_info
 
 pytestmark = pytest.mark.integration
 

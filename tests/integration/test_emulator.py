@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import read_all, run
+from helpers import run
 
 from emulator.planlog import read_log
 from emulator.scenario import load_scenario
 from emulator.schedule import Schedule
+from replicator.nats.jetstream import read_all
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import count, run
+from helpers import run
+
+from replicator.nats.jetstream import count_messages as count
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,11 @@ from typing import Any
 import orjson
 import pytest
 import yaml
-from helpers import count, create_stream, publish, read_all, run, start_replicator, wait_for, write_config
+from helpers import create_stream, publish, run, start_replicator, wait_for, write_config
 
 from replicator.headers import parse_source_header
+from replicator.nats.jetstream import count_messages as count
+from replicator.nats.jetstream import read_all
 from replicator.sampling.reference import reference
 from replicator.sampling.rules import Message, SamplingParams
 

@@ -13,10 +13,8 @@ from pathlib import Path
 import pyspark
 import pytest
 from helpers import (
-    count,
     create_stream,
     publish,
-    read_all,
     registration,
     run,
     start_replicator,
@@ -26,6 +24,8 @@ from helpers import (
 
 from replicator.headers import SOURCE_HEADER, parse_source_header
 from replicator.localnats import free_port
+from replicator.nats.jetstream import count_messages as count
+from replicator.nats.jetstream import read_all
 
 pytestmark = pytest.mark.integration
 
