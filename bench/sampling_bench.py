@@ -118,7 +118,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--senders", default="10000,1000000", help="comma-separated sender counts")
     ap.add_argument("--size", type=int, default=1000)
-    ap.add_argument("--batch", type=int, default=10_000, help="batch_max_messages of the sampled stream")
+    ap.add_argument("--batch", type=int, default=50_000, help="batch_max_messages of the sampled stream")
     ap.add_argument("--out", default="reports/sampling_bench.json")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sr-sampling-bench-"))

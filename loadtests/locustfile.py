@@ -123,7 +123,8 @@ def _watch_replicator(environment: Environment, url: str, every: float = 2.0) ->
         w = csv.writer(f)
         w.writerow(["unix_time", "copied", "received", "lag", "copy_rate"])
         last: tuple[float, float] | None = None
-        while True:  # ends with the run: the greenlet is killed on quit
+        # Bounded: the run's publishing time plus a minute, or an hour when none was given.
+        for _ in range(int(((PUBLISH_SECONDS or 3600) + 60) / every)):
             try:
                 m = scrape(url)
             except Exception as e:

@@ -1,0 +1,132 @@
+"""Property test through Spark: for generated messages (senders, gaps, sizes, force flags) and
+generated batch sizes and bucket counts, the Spark sampling pipeline (nats-jetstream source ->
+applyInPandasWithState -> foreachBatch) decides exactly what the plain reference decides:
+the same copied sequences and the same advisories to the millisecond."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nats.js.api import StreamConfig
+
+from replicator.nats.jetstream import read_all
+from replicator.sampling.extract import SenderExtractor
+from replicator.sampling.reference import reference
+from replicator.sampling.rules import Message, SamplingParams
+from replicator.servers import NatsCluster, nats_cluster
+from replicator.spark.sampling import KIND_ADVISORY, KIND_COPY, OUTPUT_SCHEMA, STATE_SCHEMA, bucket_function
+
+pytestmark = pytest.mark.integration
+
+INSPECT_MS, WARN_MS = 1000, 500
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[NatsCluster]:
+    with nats_cluster(1, "prop") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from replicator.spark.session import build_session
+
+    s = build_session("local[2]", "sampling-property")
+    yield s
+    s.stop()
+
+
+async def publish_with_gaps(url: str, stream: str, events: list[tuple[int, int, int, bool]]) -> None:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream.lower()}.>"], allow_direct=True))
+    for sender, gap_ms, size, force in events:
+        await asyncio.sleep(gap_ms / 1000)
+        doc: dict[str, Any] = {"force": force, "pad": "x" * size}
+        if sender < 5:
+            doc["sender"] = f"node{sender}"
+        await js.publish(f"{stream.lower()}.msg", json.dumps(doc).encode())
+    await nc.close()
+
+
+def last_clock(checkpoint: Path) -> int:
+    offsets = sorted(
+        (checkpoint / "offsets").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1
+    )
+    return int(json.loads(offsets[-1].read_text().splitlines()[-1])["clock"])
+
+
+events = st.lists(
+    st.tuples(
+        st.integers(0, 5),  # sender (5: the payload has no sender field)
+        st.sampled_from([0, 0, 5, 20, 60, 550, 1050]),  # ms since the previous message
+        st.integers(100, 400),  # padding: size_trigger is 150
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(evts=events, batch=st.integers(1, 12), buckets=st.integers(1, 4))
+def test_spark_pipeline_decides_exactly_like_the_reference(
+    server: NatsCluster,
+    spark: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    evts: Any,
+    batch: int,
+    buckets: int,
+) -> None:
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    stream = f"PROP{next(_names)}"
+    asyncio.run(publish_with_gaps(server.url, stream, evts))
+    p = SamplingParams(INSPECT_MS, WARN_MS, 150, stream, "prop", "sender", "adv.%s.%v")
+    extractor = SenderExtractor(field="sender", force_field="force")
+    opts = {"url": server.url, "stream": stream, "sampling": "true", "max_messages_per_batch": str(batch),
+            "sampling_buckets": str(buckets), "clock_interval_ms": "200", **extractor.options()}  # fmt: skip
+    rows: list[Any] = []
+    checkpoint = tmp_path_factory.mktemp("ckpt")
+    query = (
+        spark.readStream.format("nats-jetstream").options(**opts).load()
+        .groupBy("bucket")
+        .applyInPandasWithState(bucket_function(p), OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
+        .writeStream.foreachBatch(lambda df, _: rows.extend(df.select("kind", "seq", "ts_ms", "data").collect()))
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while sum(1 for r in rows if r.kind != KIND_ADVISORY) < len(evts) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep((INSPECT_MS + 1200) / 1000)  # the clock moves on: every sender expires
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    stored = asyncio.run(read_all(server.url, stream))
+    msgs = []
+    for m in stored:
+        sender, force = extractor.extract(m.subject, m.headers, m.data)
+        msgs.append(Message(m.seq, sender, m.ts_ns // 1_000_000, len(m.data), force))
+    want_copied, want_advs = reference(msgs, last_clock(checkpoint), p)
+    got_copied = sorted(r.seq for r in rows if r.kind == KIND_COPY)
+    got_advs = sorted(
+        (json.loads(r.data)["value"], json.loads(r.data)["event"], r.ts_ms)
+        for r in rows
+        if r.kind == KIND_ADVISORY
+    )
+    assert got_copied == want_copied
+    assert got_advs == sorted((a.sender, a.event, a.event_ms) for a in want_advs)
+    assert sum(1 for r in rows if r.kind != KIND_ADVISORY) == len(evts)  # each message decided once
