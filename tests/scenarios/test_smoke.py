@@ -32,8 +32,15 @@ def test_smoke_scenario_passes_and_a_wrong_expectation_fails_with_a_readable_dif
     assert not bad.ok
     table = bad.table()
     assert "FAIL" in table.splitlines()[0]
-    assert "copy ratio (published/copied)           20-30" in table
-    assert "recover advisories" in table and "5-10" in table
+    rows = {
+        ln.split("  ")[1].strip(): ln
+        for ln in table.splitlines()[2:]
+        if ln.startswith("  ") and "  " in ln[2:]
+    }
+    ratio_row = next(ln for name, ln in rows.items() if name.startswith("copy ratio"))
+    assert "20.0-30.0" in ratio_row and ratio_row.endswith("FAIL")
+    recover_row = next(ln for name, ln in rows.items() if name.startswith("recover advisories"))
+    assert "5-10" in recover_row and recover_row.split()[-2] == "0" and recover_row.endswith("FAIL")
 
     # A missing copy and a doubled advisory are named in the diff.
     obs.copies = obs.copies[1:]
