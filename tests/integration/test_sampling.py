@@ -85,15 +85,20 @@ def expected(
     return copied, sorted((a.sender, a.event, a.event_ms // 1000) for a in advs)
 
 
-def got(
-    src: str, dst: str, target: str, adv_stream: str, config_name: str
-) -> tuple[list[int], list[Any], list[Any]]:
-    copies = run(read_all(dst, target))
+def copied(dst: str, target: str, config_name: str) -> list[int]:
+    """Source sequences of the copies in the target, in target order (each carries its mark)."""
     seqs = []
-    for m in copies:
+    for m in run(read_all(dst, target)):
         mark = parse_source_header((m.headers or {}).get("Choria-SR-Source"))
         assert mark is not None and mark.config_name == config_name
         seqs.append(mark.sequence)
+    return seqs
+
+
+def got(
+    src: str, dst: str, target: str, adv_stream: str, config_name: str
+) -> tuple[list[int], list[Any], list[Any]]:
+    seqs = copied(dst, target, config_name)
     docs = [json.loads(a.data) for a in run(read_all(src, adv_stream))]
     return seqs, sorted((d["value"], d["event"], d["timestamp"]) for d in docs), docs
 
@@ -185,12 +190,8 @@ def test_header_and_subject_token_keys_and_messages_without_a_sender(
         time.sleep(2)
     finally:
         assert rep.stop() == 0, rep.output()
-    copied_h = [
-        parse_source_header(m.headers["Choria-SR-Source"]).sequence for m in run(read_all(dst, "HDR_COPY"))
-    ]  # type: ignore[union-attr,index]
-    copied_t = [
-        parse_source_header(m.headers["Choria-SR-Source"]).sequence for m in run(read_all(dst, "TOK_COPY"))
-    ]  # type: ignore[union-attr,index]
+    copied_h = copied(dst, "HDR_COPY", "hdr")
+    copied_t = copied(dst, "TOK_COPY", "tok")
     assert copied_h == want_h[0] and copied_t == want_t[0]
     # 3 of 8 header messages per round have no X-Node: all 24 copied, plus the 5 senders once.
     assert len(copied_h) == 24 + 5

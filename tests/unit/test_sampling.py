@@ -4,7 +4,6 @@ that the bucketed, batched, serialised engine equals the plain reference."""
 from __future__ import annotations
 
 import json
-import zlib
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +19,7 @@ from replicator.sampling.rules import (
     ksuid,
     splay,
 )
+from replicator.spark.datasource import bucket_of
 
 S = 1000
 P = SamplingParams(inspect_ms=3600 * S, warn_ms=1800 * S, size_trigger=500, stream="REG",
@@ -158,7 +158,7 @@ def test_bucketed_batched_engine_equals_the_reference(evts, cuts, buckets, tail)
         if end == len(msgs):
             clock = final
         for b in range(buckets):
-            mine = [m for m in batch if (zlib.crc32((m.sender or str(m.seq)).encode()) % buckets) == b]
+            mine = [m for m in batch if bucket_of(m.sender or str(m.seq), buckets) == b]
             table = SenderTable.loads(tables[b])
             copies, advs = table.process(mine, clock, p)
             tables[b] = table.dumps()
