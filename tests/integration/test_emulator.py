@@ -15,7 +15,7 @@ from helpers import run
 from emulator.planlog import read_log
 from emulator.scenario import load_scenario
 from emulator.schedule import Schedule
-from replicator.nats.jetstream import read_all
+from replicator.nats.jetstream import count_messages, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +90,7 @@ def test_a_server_restart_mid_run_loses_nothing_and_keeps_the_schedule(tmp_path:
         "name": "restart",
         "seed": 5,
         "speedup": 300,
-        "duration": "40m",  # 8 s of wall time
+        "duration": "60m",  # 12 s of wall time
         "fleet": {"nodes": 3000, "sizes": {"median": 1200, "min": 1100, "max": 2000}},
     }
     path = tmp_path / "fleet.yaml"
@@ -104,7 +104,12 @@ def test_a_server_restart_mid_run_loses_nothing_and_keeps_the_schedule(tmp_path:
         )  # fmt: skip
         import time
 
-        time.sleep(3)
+        # Stop the server while publishes are in flight: once the emulator (whose start-up time
+        # varies with the machine's load) has stored a first few thousand messages.
+        deadline = time.monotonic() + 60
+        while run(count_messages(c.url, "REGISTRATION")) < 2000:
+            assert proc.poll() is None and time.monotonic() < deadline, "the emulator never got going"
+            time.sleep(0.1)
         server = c.servers[0]
         server.stop()
         time.sleep(1.5)
