@@ -7,6 +7,7 @@ import json
 import logging
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -23,6 +24,10 @@ app = typer.Typer(
 
 ScenarioOpt = Annotated[Path, typer.Option("--scenario", "-s", help="Scenario YAML (fleet, events, clock)")]
 ShardOpt = Annotated[str, typer.Option(help="This process's part of the fleet, i/N (0-based)")]
+DataCentreOpt = Annotated[
+    list[str] | None,
+    typer.Option("--data-centre", help="Publish only this data centre's nodes (repeatable)"),
+]
 SeedOpt = Annotated[int | None, typer.Option(help="Override the scenario's seed")]
 SpeedupOpt = Annotated[float | None, typer.Option(help="Override the scenario's speedup")]
 DurationOpt = Annotated[str | None, typer.Option(help="Override the scenario's duration (e.g. 10m)")]
@@ -41,9 +46,9 @@ def _load(path: Path, seed: int | None, speedup: float | None, duration: str | N
         raise AssertionError from None  # unreachable
 
 
-def _shard(text: str) -> Shard:
+def _shard(text: str, data_centres: list[str] | None = None) -> Shard:
     try:
-        return Shard.parse(text)
+        return replace(Shard.parse(text), data_centres=tuple(data_centres or ()))
     except ValueError as e:
         _fail(str(e))
         raise AssertionError from None
@@ -54,6 +59,7 @@ def plan(
     scenario: ScenarioOpt,
     out: Annotated[Path | None, typer.Option(help="Write the plan CSV here (default: stdout)")] = None,
     shard: ShardOpt = "0/1",
+    data_centre: DataCentreOpt = None,
     seed: SeedOpt = None,
     speedup: SpeedupOpt = None,
     duration: DurationOpt = None,
@@ -64,10 +70,10 @@ def plan(
     s = _load(scenario, seed, speedup, duration)
     try:
         if out is None:
-            n = write_plan(s, _shard(shard), sys.stdout)
+            n = write_plan(s, _shard(shard, data_centre), sys.stdout)
         else:
             with out.open("w") as f:
-                n = write_plan(s, _shard(shard), f)
+                n = write_plan(s, _shard(shard, data_centre), f)
     except ValueError as e:
         _fail(str(e))
         return
@@ -87,6 +93,7 @@ def run(
     ] = None,
     summary: Annotated[Path | None, typer.Option(help="Write the run summary (JSON) here")] = None,
     shard: ShardOpt = "0/1",
+    data_centre: DataCentreOpt = None,
     seed: SeedOpt = None,
     speedup: SpeedupOpt = None,
     duration: DurationOpt = None,
@@ -102,7 +109,7 @@ def run(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     m: Literal["jetstream", "core"] = "core" if mode == "core" else "jetstream"
     try:
-        pub = FleetPublisher(Schedule(s, _shard(shard)), url, m, log, max_pending=max_pending)
+        pub = FleetPublisher(Schedule(s, _shard(shard, data_centre)), url, m, log, max_pending=max_pending)
     except ValueError as e:
         _fail(str(e))
         return

@@ -1,7 +1,7 @@
 """The emulator's part of a scenario file: the fleet, its events and the clock, validated.
 
 A scenario file may carry more top-level keys for the scenario runner (`topology`,
-`replicator`, `expect`); the emulator reads only what is defined here. Every problem becomes
+`replicator`, `replicators`, `expect`); the emulator reads only what is defined here. Every problem becomes
 one line naming the key and the fix (`ScenarioError`).
 """
 
@@ -175,6 +175,7 @@ class Scenario(_Strict):
     # Read by the scenario runner, not by the emulator.
     topology: Any = None
     replicator: Any = None
+    replicators: Any = None
     expect: Any = None
 
     @model_validator(mode="after")

@@ -34,8 +34,12 @@ MAX_SIZE = 1_000_000
 
 @dataclass(frozen=True)
 class Shard:
+    """The part of the fleet one emulator process publishes: every count-th node from index,
+    of the given data centres only (all when empty)."""
+
     index: int = 0
     count: int = 1
+    data_centres: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, text: str) -> Shard:
@@ -105,6 +109,14 @@ class Schedule:
         self.force = np.zeros(n, dtype=bool)
         self.dc_cut_until = np.zeros(len(f.data_centres))
         self.mine = (np.arange(n) % shard.count) == shard.index
+        if shard.data_centres:
+            unknown = [d for d in shard.data_centres if d not in f.data_centres]
+            if unknown:
+                raise ValueError(
+                    f"--data-centre {unknown[0]}: not one of the fleet's data centres "
+                    f"({', '.join(f.data_centres)})"
+                )
+            self.mine &= np.isin(f.dc, [f.data_centres.index(d) for d in shard.data_centres])
         self._order = itertools.count()
         self._actions: list[_Action] = []
         joins = iter(f.join_start)

@@ -78,20 +78,30 @@ _SCRAPED = {
 }
 
 
-def scrape(url: str, timeout: float = 2) -> dict[str, float]:
-    """A running replicator's received/copied counters, lag and sequence, summed over its
-    streams, read from its /metrics endpoint."""
+def scrape(url: str, timeout: float = 2, worker: str | None = None) -> dict[str, float]:
+    """A running replicator's received/copied counters, lag, sequence and completed batches,
+    read from its /metrics endpoint: summed over its streams, or of the stream entry `worker`."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(url, timeout=timeout) as r:
         text = r.read().decode()
-    out = dict.fromkeys(_SCRAPED.values(), 0.0)
+    out = dict.fromkeys([*_SCRAPED.values(), "batches"], 0.0)
     for family in text_string_to_metric_families(text):
         key = _SCRAPED.get(family.name)
-        if key:
-            out[key] += sum(s.value for s in family.samples if not s.name.endswith("_created"))
+        if family.name == f"{_NS}_batch_duration_seconds":
+            out["batches"] += sum(
+                s.value
+                for s in family.samples
+                if s.name.endswith("_count") and worker in (None, s.labels.get("worker"))
+            )
+        elif key:
+            out[key] += sum(
+                s.value
+                for s in family.samples
+                if not s.name.endswith("_created") and worker in (None, s.labels.get("worker"))
+            )
     return out
 
 

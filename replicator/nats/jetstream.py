@@ -162,8 +162,20 @@ async def ensure_target_stream(
         )
     cfg = target_stream_config(source_info.config, name, prefix, remove)
     js = target.jetstream()
+
+    async def add(cfg: StreamConfig) -> StreamInfo:
+        try:
+            return await js.add_stream(cfg)
+        except APIError as e:
+            # Fan-in (several data centres into one central stream): another replicator created
+            # it between our look and our create.
+            if e.err_code == 10058 and (raced := await stream_info(target, name)) is not None:
+                log.info("target stream %s was created meanwhile by another replicator", name)
+                return raced
+            raise
+
     try:
-        info = await js.add_stream(cfg)
+        info = await add(cfg)
     except APIError as e:
         # A 3-replica source copied to a smaller target cluster: fall back to one replica.
         if (cfg.num_replicas or 1) > 1 and (
@@ -173,7 +185,7 @@ async def ensure_target_stream(
                 "target cannot hold %d replicas of %s (%s); creating it with 1", cfg.num_replicas, name, e
             )
             cfg.num_replicas = 1
-            info = await js.add_stream(cfg)
+            info = await add(cfg)
         else:
             raise
     log.info("created target stream %s (subjects %s)", name, cfg.subjects)

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from replicator.metrics import scrape
 from replicator.nats.jetstream import count_messages, read_all
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import SamplingParams
-from replicator.scenario.spec import ScenarioSpec
+from replicator.scenario.spec import HopSpec, ProcessSpec, ScenarioSpec
 from replicator.scenario.truth import (
     AdvKey,
     Check,
@@ -47,14 +48,27 @@ from replicator.servers import nats_cluster
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class HopRef:
+    """One replicated stream of a run: which process, which stream entry, where it reads,
+    writes and advises, and the process's metrics endpoint."""
+
+    label: str
+    process: ProcessSpec
+    hop: HopSpec
+    source_url: str
+    target_url: str
+    metrics_url: str
+
+
 @dataclass
 class Sampler:
-    """Samples the streams and the replicator's metrics every second, for the plot."""
+    """Samples stream sizes and each replicator's metrics every second, for the plot and the
+    processed rate."""
 
-    src: str
-    dst: str
-    spec: ScenarioSpec
-    metrics_url: str = ""
+    streams: dict[str, tuple[str, str]]
+    """label -> (cluster URL, stream)"""
+    hops: list[HopRef]
     rows: list[dict[str, float]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -66,46 +80,50 @@ class Sampler:
 
     def _run(self) -> None:
         t0 = time.monotonic()
-        top = self.spec.topology
         while not self._stop.wait(1.0):
             row: dict[str, float] = {"t": time.monotonic() - t0}
-            with contextlib.suppress(Exception):
-                row["published"] = asyncio.run(count_messages(self.src, top.stream))
-                row["copied"] = asyncio.run(count_messages(self.dst, top.target_stream or top.stream))
-                row["advisories"] = asyncio.run(count_messages(self.src, top.advisory_stream))
-            with contextlib.suppress(Exception):
-                m = scrape(self.metrics_url)
-                row["lag"], row["received"], row["sequence"] = m["lag"], m["received"], m["sequence"]
+            for label, (url, stream) in self.streams.items():
+                with contextlib.suppress(Exception):
+                    row[label] = asyncio.run(count_messages(url, stream))
+            for h in self.hops:
+                with contextlib.suppress(Exception):
+                    m = scrape(h.metrics_url, worker=h.hop.name)
+                    for key in ("lag", "received", "sequence"):
+                        row[f"{h.label}.{key}"] = m[key]
             self.rows.append(row)
 
-    def processed_rate(self, total: int, last_seq: int) -> float:
-        """Messages per second the replicator processed, from its first message to the last
-        (including any outage: the source sequence it reached survives restarts)."""
-        t0 = next((r["t"] for r in self.rows if r.get("sequence", 0) > 0), None)
-        t1 = next((r["t"] for r in self.rows if r.get("sequence", 0) >= last_seq), None)
+    def processed_rate(self, label: str, total: int, last_seq: int) -> float:
+        """Messages per second a hop processed, from its first message to the last (including
+        any outage: the source sequence it reached survives restarts)."""
+        key = f"{label}.sequence"
+        t0 = next((r["t"] for r in self.rows if r.get(key, 0) > 0), None)
+        t1 = next((r["t"] for r in self.rows if r.get(key, 0) >= last_seq), None)
         if t0 is None or t1 is None or t1 <= t0:
             return 0.0
         return total / (t1 - t0 + 1.0)  # samples are 1 s apart: count the first second
 
-    @property
-    def max_lag(self) -> float:
-        return max((r.get("lag", 0) for r in self.rows), default=0)
+    def max_lag(self, label: str) -> float:
+        return max((r.get(f"{label}.lag", 0) for r in self.rows), default=0)
 
 
 class ReplicatorProcess:
-    def __init__(self, config: Path, log_path: Path) -> None:
-        self.config, self.log_path = config, log_path
+    def __init__(self, config: Path, log_path: Path, streams: int = 1) -> None:
+        self.config, self.log_path, self.streams = config, log_path, streams
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 180) -> None:
+    def start(self, timeout: float = 240) -> None:
+        """Start it and wait until every configured stream replicates (a stream whose source
+        another replicator creates waits for it)."""
+        starts = (
+            self.log_path.read_text(errors="replace").count("replicating to") if self.log_path.exists() else 0
+        )
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "replicator.cli", "run", "--config", str(self.config)],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
-        starts = self.log_path.read_text(errors="replace").count("replicating to")
         deadline = time.monotonic() + timeout
-        while self.log_path.read_text(errors="replace").count("replicating to") <= starts:
+        while self.log_path.read_text(errors="replace").count("replicating to") < starts + self.streams:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"replicator did not start; see {self.log_path}")
             time.sleep(0.25)
@@ -121,170 +139,314 @@ class ReplicatorProcess:
         self.proc = None
 
 
-def _params(spec: ScenarioSpec) -> tuple[SenderExtractor | None, SamplingParams | None]:
-    r, k = spec.replicator, spec.scenario.speedup
-    if not r.sampling:
+def _params(hop: HopSpec, speedup: float) -> tuple[SenderExtractor | None, SamplingParams | None]:
+    if not hop.sampling:
         return None, None
-    assert r.inspect_duration is not None
-    inspect_ms = int(r.inspect_duration / k * 1000)
-    warn_ms = int((r.warn_duration if r.warn_duration is not None else r.inspect_duration / 2) / k * 1000)
-    ext = SenderExtractor(r.inspect_field, r.inspect_header, r.inspect_subject_token, r.inspect_force_field)
-    return ext, SamplingParams(inspect_ms, warn_ms, r.size_trigger, spec.topology.stream)
+    assert hop.inspect_duration is not None
+    inspect_ms = int(hop.inspect_duration / speedup * 1000)
+    warn = hop.warn_duration if hop.warn_duration is not None else hop.inspect_duration / 2
+    ext = SenderExtractor(
+        hop.inspect_field, hop.inspect_header, hop.inspect_subject_token, hop.inspect_force_field
+    )
+    return ext, SamplingParams(inspect_ms, int(warn / speedup * 1000), hop.size_trigger, hop.stream)
+
+
+def _parallel(fns: list[Callable[[], None]]) -> None:
+    """Run the calls at once (replicators start in parallel); re-raise the first failure."""
+    errors: list[BaseException] = []
+
+    def call(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except BaseException as e:  # handed to the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(fn,)) for fn in fns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observation]:
-    s, top = spec.scenario, spec.topology
+    s = spec.scenario
     report_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"scenario-{s.name}-"))
-    report = Report(s.name)
-    with (
-        nats_cluster(top.source_servers, "dc") as source,
-        nats_cluster(top.target_servers, "central") as target,
-    ):
-        src, dst = source.url, target.url
-        asyncio.run(_create_streams(src, spec))
-        port = free_port()
-        cfg = work / "replicator.yaml"
-        cfg.write_text(yaml.safe_dump({
-            "name": f"sr_{s.name}".replace("-", "_"),
-            "state_store": str(work / "state"),
-            "monitor_port": port,
-            "streams": [spec.replicator_stream(src, dst)],
-        }))  # fmt: skip
-        rep = ReplicatorProcess(cfg, report_dir / f"{s.name}.replicator.log")
-        rep.start()
-        sampler = Sampler(src, dst, spec, f"http://127.0.0.1:{port}/metrics")
+    clusters = spec.clusters()
+    with contextlib.ExitStack() as stack:
+        urls = {name: stack.enter_context(nats_cluster(c.servers, name)).url for name, c in clusters.items()}
+        asyncio.run(_create_streams(urls, spec))
+        procs: dict[str, ReplicatorProcess] = {}
+        hops: list[HopRef] = []
+        for p in spec.processes():
+            port = free_port()
+            cfg = work / f"{p.name}.yaml"
+            cfg.write_text(yaml.safe_dump({
+                "name": p.name,
+                "state_store": str(work / "state" / p.name),
+                "monitor_port": port,
+                "streams": [h.entry(urls[h.source], urls[h.target], s.speedup) for h in p.streams],
+            }))  # fmt: skip
+            procs[p.name] = ReplicatorProcess(cfg, report_dir / f"{s.name}.{p.name}.log", len(p.streams))
+            for entry in p.streams:
+                label = entry.name if len(spec.hops()) == 1 else f"{p.name}/{entry.name}"
+                hops.append(
+                    HopRef(
+                        label,
+                        p,
+                        entry,
+                        urls[entry.source],
+                        urls[entry.target],
+                        f"http://127.0.0.1:{port}/metrics",
+                    )
+                )
+        stack.callback(lambda: _parallel([r.stop for r in procs.values()]))
+        # One after the other, upstream first: JVMs starting together on a small machine starve
+        # Spark's Python workers past their fixed 10 s connect-back limit (the query then
+        # restarts from its checkpoint, but the run loses a minute).
+        for r in procs.values():
+            r.start()
+        _warm_up(hops)
+        watched = {f"{c}:{st}": (urls[c], st) for c, st in _streams_of(spec)}
+        sampler = Sampler(watched, hops)
         sampler.start()
+        stack.callback(sampler.stop)
         fleet_file = work / "fleet.yaml"
         fleet_file.write_text(spec.path.read_text() if spec.path else "")
-        summary = work / "emulator.json"
         t0 = time.monotonic()
-        emu = subprocess.Popen(
-            [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(fleet_file), "--url", src,
-             "--summary", str(summary)],
-            stdout=subprocess.DEVNULL, stderr=(report_dir / f"{s.name}.emulator.log").open("wb"),
-        )  # fmt: skip
-        outages = sorted((o.at / s.speedup, (o.at + o.duration) / s.speedup) for o in spec.replicator.down)
-        for begin, end in outages:
-            time.sleep(max(0.0, begin - (time.monotonic() - t0)))
-            log.info("%s: stopping the replicator for %.1fs", s.name, end - begin)
-            rep.stop()
-            time.sleep(max(0.0, end - (time.monotonic() - t0)))
-            rep.start()
-        if emu.wait() != 0:
-            raise RuntimeError(f"emulator failed; see {report_dir / (s.name + '.emulator.log')}")
+        emulators = []
+        for name, c in clusters.items():
+            if not c.data_centres:
+                continue
+            dcs = [arg for dc in c.data_centres for arg in ("--data-centre", dc)]
+            errlog = report_dir / f"{s.name}.emulator-{name}.log"
+            emulators.append((errlog, work / f"emulator-{name}.json", subprocess.Popen(
+                [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(fleet_file), "--url", urls[name],
+                 "--summary", str(work / f"emulator-{name}.json"), *dcs],
+                stdout=subprocess.DEVNULL, stderr=errlog.open("wb"),
+            )))  # fmt: skip
+        outages = [
+            (lambda p=p: _outages(procs[p.name], p, t0, s.speedup, s.name))
+            for p in spec.processes()
+            if p.down
+        ]
+        outage_thread = threading.Thread(target=_parallel, args=(outages,), daemon=True)
+        outage_thread.start()
+        for errlog, _, emu in emulators:
+            if emu.wait() != 0:
+                raise RuntimeError(f"emulator failed; see {errlog}")
         publish_seconds = time.monotonic() - t0
-        ext, params = _params(spec)
-        source_msgs = asyncio.run(read_all(src, top.stream))
-        truth = ground_truth(source_msgs, ext, params)
-        # Until the replicator has caught up and every silent sender has expired (then no
-        # advisory can still come), or a generous limit.
-        settle = (params.inspect_ms / 1000 if params else 0) + 10
-        deadline = time.monotonic() + settle + 120
-        time.sleep(settle)
-        while time.monotonic() < deadline:
-            adv = asyncio.run(count_messages(src, top.advisory_stream)) if params else 0
-            copied = asyncio.run(count_messages(dst, top.target_stream or top.stream))
-            if adv >= len(truth.advisories) and copied >= len(truth.copied):
-                break
-            time.sleep(1)
-        time.sleep(2)
-        final = scrape(f"http://127.0.0.1:{port}/metrics")
-        rep.stop()
+        outage_thread.join()
+        truths = _settle(spec, hops)
+        time.sleep(2)  # anything late (a wrong advisory) arrives too
+        finals = {h.label: scrape(h.metrics_url, worker=h.hop.name) for h in hops}
+        _parallel([r.stop for r in procs.values()])
         sampler.stop()
-        target_msgs = asyncio.run(read_all(dst, top.target_stream or top.stream))
-        advisories = asyncio.run(read_all(src, top.advisory_stream)) if params else []
+        observed = []
+        for h in hops:
+            truth, last_seq = truths[h.label]
+            target_msgs = asyncio.run(read_all(h.target_url, h.hop.target_name))
+            advisories = asyncio.run(read_all(h.source_url, h.hop.advisory_stream)) if h.hop.sampling else []
+            observed.append(HopObservation(
+                label=h.label,
+                truth=truth,
+                copies=copied_sequences(target_msgs, h.process.name, h.hop.name),
+                advisories=advisory_keys(advisories),
+                final_lag=int(finals[h.label]["lag"]),
+                max_lag=int(sampler.max_lag(h.label)),
+                processed_rate=sampler.processed_rate(h.label, truth.published, last_seq),
+            ))  # fmt: skip
+    summaries = [json.loads(summary.read_text()) for _, summary, _ in emulators]
     obs = Observation(
-        truth=truth,
-        copies=copied_sequences(target_msgs),
-        advisories=advisory_keys(advisories),
-        final_lag=int(final["lag"]),
+        hops=observed,
+        published=sum(int(x["published"]) for x in summaries),
         publish_seconds=publish_seconds,
-        publish_rate=float(json.loads(summary.read_text())["rate"]),
-        max_lag=int(sampler.max_lag),
-        processed_rate=sampler.processed_rate(truth.published, source_msgs[-1].seq if source_msgs else 0),
+        publish_rate=sum(float(x["rate"]) for x in summaries),
     )
     report = evaluate(spec, obs)
     (report_dir / f"{s.name}.json").write_text(json.dumps(report.as_dict(), indent=2))
-    plot(sampler.rows, report_dir / f"{s.name}.png", s.name)
+    plot(sampler.rows, report_dir / f"{s.name}.png", s.name, spec, hops)
     return report, obs
 
 
-@dataclass
-class Observation:
-    """What a run produced, next to its ground truth."""
+def _warm_up(hops: list[HopRef], timeout: float = 240) -> None:
+    """Wait until every sampled stream has run its first micro-batch (a sampled source runs one
+    each second even without data): the first one of a stateful query takes tens of seconds
+    (Python workers, code generation, state store), which would otherwise fall inside the run
+    and distort the event time of everything downstream."""
+    deadline = time.monotonic() + timeout
+    for h in hops:
+        if not h.hop.sampling:
+            continue
+        while True:
+            with contextlib.suppress(OSError):
+                if scrape(h.metrics_url, worker=h.hop.name)["batches"] >= 1:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{h.label}: no micro-batch ran within {timeout:.0f}s; see its log")
+            time.sleep(0.5)
+    log.info("replicators warm: %s", ", ".join(h.label for h in hops))
 
+
+def _streams_of(spec: ScenarioSpec) -> list[tuple[str, str]]:
+    """(cluster, stream) of every stream the run fills: the fleet's, copies, advisories."""
+    out: list[tuple[str, str]] = [(n, c.stream) for n, c in spec.clusters().items() if c.data_centres]
+    for _, h in spec.hops():
+        out.append((h.target, h.target_name))
+        if h.sampling:
+            out.append((h.source, h.advisory_stream))
+    return list(dict.fromkeys(out))
+
+
+def _outages(rep: ReplicatorProcess, p: ProcessSpec, t0: float, speedup: float, name: str) -> None:
+    for o in sorted(p.down, key=lambda o: o.at):
+        begin, end = o.at / speedup, (o.at + o.duration) / speedup
+        time.sleep(max(0.0, begin - (time.monotonic() - t0)))
+        log.info("%s: stopping replicator %s for %.1fs", name, p.name, end - begin)
+        rep.stop()
+        time.sleep(max(0.0, end - (time.monotonic() - t0)))
+        rep.start()
+
+
+def _settle(spec: ScenarioSpec, hops: list[HopRef]) -> dict[str, tuple[Truth, int]]:
+    """Level by level (a hop's source is final once the hops feeding it are done): compute
+    each hop's ground truth from its source stream as it now is, then wait until every stream
+    holds what the truths say it will, or a generous limit. Waiting covers the expiry of every
+    sender that went silent, after which no advisory can still come."""
+    by_key = {(h.process.name, h.hop.name): h for h in hops}
+    truths: dict[str, tuple[Truth, int]] = {}
+    want: Counter[tuple[str, str]] = Counter()
+    for level in spec.hop_levels():
+        longest = 0.0
+        for p, hop in level:
+            h = by_key[(p.name, hop.name)]
+            source = asyncio.run(read_all(h.source_url, hop.stream))
+            ext, params = _params(hop, spec.scenario.speedup)
+            truth = ground_truth(source, ext, params)
+            truths[h.label] = (truth, source[-1].seq if source else 0)
+            want[(h.target_url, hop.target_name)] += len(truth.copied)
+            if params:
+                want[(h.source_url, hop.advisory_stream)] += len(truth.advisories)
+                longest = max(longest, params.inspect_ms / 1000)
+        deadline = time.monotonic() + longest + 130
+        while time.monotonic() < deadline:
+            if all(asyncio.run(count_messages(url, st)) >= n for (url, st), n in want.items()):
+                break
+            time.sleep(1)
+    return truths
+
+
+@dataclass
+class HopObservation:
+    """What one replicated stream produced, next to its ground truth."""
+
+    label: str
     truth: Truth
     copies: list[int]
     advisories: list[AdvKey]
     final_lag: int
-    publish_seconds: float
-    publish_rate: float
     max_lag: int
     processed_rate: float
 
 
+@dataclass
+class Observation:
+    """What a run produced."""
+
+    hops: list[HopObservation]
+    published: int
+    """By the fleet, into every data centre."""
+    publish_seconds: float
+    publish_rate: float
+
+
 def evaluate(spec: ScenarioSpec, obs: Observation) -> Report:
-    s, expect = spec.scenario, spec.expect
+    s = spec.scenario
     report = Report(s.name)
-    report.checks.append(compare_copies(obs.truth, obs.copies))
-    if spec.replicator.sampling:
-        report.checks.append(compare_advisories(obs.truth, obs.advisories, expect.advisories))
-    ratio = obs.truth.published / max(1, len(obs.copies))
-    if expect.copy_ratio:
-        lo, hi = expect.copy_ratio
-        report.checks.append(
-            Check("copy ratio (published/copied)", f"{lo}-{hi}", round(ratio, 2), lo <= ratio <= hi)
+    hop_specs = [h for _, h in spec.hops()]
+    one = len(hop_specs) == 1
+    for hop, o in zip(hop_specs, obs.hops, strict=True):
+        expect, pre = hop.expect, ("" if one else f"{o.label}: ")
+        checks = [compare_copies(o.truth, o.copies)]
+        if hop.sampling:
+            checks.append(compare_advisories(o.truth, o.advisories, expect.advisories))
+        ratio = o.truth.published / max(1, len(o.copies))
+        if expect.copy_ratio:
+            lo, hi = expect.copy_ratio
+            checks.append(
+                Check("copy ratio (published/copied)", f"{lo}-{hi}", round(ratio, 2), lo <= ratio <= hi)
+            )
+        counts = Counter(e for _, e, _ in o.advisories)
+        for event, (lo_n, hi_n) in sorted(expect.events.items()):
+            n = counts.get(event, 0)
+            checks.append(Check(f"{event} advisories", f"{lo_n}-{hi_n}", n, lo_n <= n <= hi_n))
+        checks.append(
+            Check(
+                "final lag (messages)",
+                f"<= {expect.max_final_lag}",
+                o.final_lag,
+                o.final_lag <= expect.max_final_lag,
+            )
         )
-    counts = Counter(e for _, e, _ in obs.advisories)
-    for event, (lo_n, hi_n) in sorted(expect.events.items()):
-        n = counts.get(event, 0)
-        report.checks.append(Check(f"{event} advisories", f"{lo_n}-{hi_n}", n, lo_n <= n <= hi_n))
-    report.checks.append(
-        Check(
-            "final lag (messages)",
-            f"<= {expect.max_final_lag}",
-            obs.final_lag,
-            obs.final_lag <= expect.max_final_lag,
-        )
-    )
-    rate = obs.processed_rate
-    if expect.min_rate:
-        report.checks.append(
-            Check("processed msg/s", f">= {expect.min_rate:g}", round(rate), rate >= expect.min_rate)
-        )
+        if expect.min_rate:
+            rate = o.processed_rate
+            checks.append(
+                Check("processed msg/s", f">= {expect.min_rate:g}", round(rate), rate >= expect.min_rate)
+            )
+        for c in checks:
+            c.name = pre + c.name
+        report.checks += checks
     report.figures = {
         "nodes": s.fleet.nodes,
         "speedup": s.speedup,
-        "published": obs.truth.published,
-        "copied": len(obs.copies),
-        "copy_ratio": round(ratio, 2),
-        "advisories": len(obs.advisories),
+        "published": obs.published,
         "publish_rate": round(obs.publish_rate),
-        "processed_rate": round(rate),
-        "max_lag": obs.max_lag,
         "wall_seconds": round(obs.publish_seconds),
     }
+    for o in obs.hops:
+        figures = {
+            "read": o.truth.published,
+            "copied": len(o.copies),
+            "copy_ratio": round(o.truth.published / max(1, len(o.copies)), 2),
+            "fleet_ratio": round(obs.published / max(1, len(o.copies)), 2),
+            "advisories": len(o.advisories),
+            "processed_rate": round(o.processed_rate),
+            "max_lag": o.max_lag,
+        }
+        if one:
+            report.figures.update(figures)
+        else:
+            report.figures[o.label] = figures
     return report
 
 
-async def _create_streams(src: str, spec: ScenarioSpec) -> None:
-    top = spec.topology
-    nc = await nats.connect(src.split(","))
-    try:
-        js = nc.jetstream()
-        replicas = min(3, spec.topology.source_servers)
-        await js.add_stream(StreamConfig(name=top.stream, subjects=stream_subjects(spec.scenario.fleet.subject),
-                                         allow_direct=True, num_replicas=replicas))  # fmt: skip
-        if spec.replicator.sampling:
-            adv = spec.replicator.advisory_subject.replace("%s", "*").replace("%v", ">")
-            await js.add_stream(StreamConfig(name=top.advisory_stream, subjects=[adv], allow_direct=True,
-                                             num_replicas=replicas))  # fmt: skip
-    finally:
-        await nc.close()
+async def _create_streams(urls: dict[str, str], spec: ScenarioSpec) -> None:
+    """The fleet's streams in the data centres, and the advisory streams the sampled hops
+    publish into; every other stream the replicators create (from their source's config)."""
+    clusters = spec.clusters()
+    wanted: dict[tuple[str, str], list[str]] = {}
+    for name, c in clusters.items():
+        if c.data_centres:
+            wanted[(name, c.stream)] = stream_subjects(spec.scenario.fleet.subject)
+    for _, h in spec.hops():
+        if h.sampling:
+            wanted[(h.source, h.advisory_stream)] = [h.advisory_subject.replace("%s", "*").replace("%v", ">")]
+    for (name, stream), subjects in wanted.items():
+        nc = await nats.connect(urls[name].split(","))
+        try:
+            replicas = min(3, clusters[name].servers)
+            await nc.jetstream().add_stream(
+                StreamConfig(name=stream, subjects=subjects, allow_direct=True, num_replicas=replicas)
+            )
+        finally:
+            await nc.close()
 
 
-def plot(rows: list[dict[str, float]], path: Path, title: str) -> None:
+def plot(
+    rows: list[dict[str, float]], path: Path, title: str, spec: ScenarioSpec, hops: list[HopRef]
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -300,15 +462,23 @@ def plot(rows: list[dict[str, float]], path: Path, title: str) -> None:
             out.append(max(0.0, (b.get(key, 0) - a.get(key, 0)) / max(1e-9, b["t"] - a["t"])))
         return out
 
+    fed = [f"{n}:{c.stream}" for n, c in spec.clusters().items() if c.data_centres]
+    published = [sum(x) for x in zip(*(rate(k) for k in fed), strict=True)]
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
-    axes[0].plot(t, rate("published"), label="published msg/s")
-    axes[0].plot(t, rate("received"), label="replicator processed msg/s")
-    axes[0].plot(t, rate("copied"), label="copied msg/s")
-    axes[0].legend(loc="upper right")
-    axes[1].plot(t, [r.get("lag", 0) for r in rows], color="tab:red", label="lag (messages)")
-    axes[1].legend(loc="upper right")
-    axes[2].plot(t, [r.get("advisories", 0) for r in rows], color="tab:purple", label="advisories (total)")
-    axes[2].legend(loc="upper left")
+    axes[0].plot(t, published, label="published msg/s")
+    for h in hops:
+        axes[0].plot(t, rate(f"{h.label}.received"), label=f"{h.label} processed msg/s")
+        axes[1].plot(t, [r.get(f"{h.label}.lag", 0) for r in rows], label=f"{h.label} lag (messages)")
+    targets = list(dict.fromkeys(f"{h.hop.target}:{h.hop.target_name}" for h in hops))
+    for key in targets:
+        axes[0].plot(t, rate(key), linestyle="--", label=f"into {key} msg/s")
+    axes[0].legend(loc="upper right", fontsize="small")
+    axes[1].legend(loc="upper right", fontsize="small")
+    for h in hops:
+        if h.hop.sampling:
+            key = f"{h.hop.source}:{h.hop.advisory_stream}"
+            axes[2].plot(t, [r.get(key, 0) for r in rows], label=f"{key} (total)")
+    axes[2].legend(loc="upper left", fontsize="small")
     axes[2].set_xlabel("wall seconds")
     fig.suptitle(f"scenario {title}")
     fig.tight_layout()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from emulator.scenario import Scenario, ScenarioError, Seconds, parse_scenario
 
@@ -17,13 +17,26 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ClusterSpec(_Strict):
+    """A NATS cluster of the topology (3 servers: a JetStream cluster with routes)."""
+
+    servers: int = Field(default=1, ge=1, le=5)
+    data_centres: list[str] = Field(default_factory=list)
+    """The fleet's data centres whose nodes publish into this cluster's `stream`."""
+    stream: str = "CHORIA_REGISTRATION"
+
+
 class Topology(_Strict):
+    """Either the one-hop form (a data centre and a central cluster, `source_servers` and
+    `target_servers`) or named `clusters` with `replicators:` between them."""
+
     source_servers: int = Field(default=3, ge=1, le=5)
     """The data centre: a JetStream cluster with routes."""
     target_servers: int = Field(default=1, ge=1, le=5)
     stream: str = "CHORIA_REGISTRATION"
     target_stream: str = ""
     advisory_stream: str = "CHORIA_REGISTRATION_ADVISORIES"
+    clusters: dict[str, ClusterSpec] | None = None
 
 
 class Outage(_Strict):
@@ -31,8 +44,9 @@ class Outage(_Strict):
     duration: Seconds
 
 
-class ReplicatorSpec(_Strict):
-    """The stream entry of the replicator's config, without URLs (the runner knows them)."""
+class SamplingSpec(_Strict):
+    """The sampling keys of a stream entry of the replicator's config (Choria format), in
+    scenario time."""
 
     inspect_field: str = ""
     inspect_header: str = ""
@@ -43,12 +57,17 @@ class ReplicatorSpec(_Strict):
     inspect_force_field: str = ""
     advisory_subject: str = "choria.registration.advisories.%s.%v"
     reliable: bool = True
-    down: list[Outage] = Field(default_factory=list)
-    """Windows (scenario time) in which the replicator is stopped."""
 
     @property
     def sampling(self) -> bool:
         return bool(self.inspect_field or self.inspect_header or self.inspect_subject_token)
+
+
+class ReplicatorSpec(SamplingSpec):
+    """The one-hop form's replicator (its URLs and streams come from the topology)."""
+
+    down: list[Outage] = Field(default_factory=list)
+    """Windows (scenario time) in which the replicator is stopped."""
 
 
 class Expect(_Strict):
@@ -66,15 +85,69 @@ class Expect(_Strict):
     """Messages per second the replicator must have processed while the fleet published."""
 
 
+class HopSpec(SamplingSpec):
+    """One stream entry of a replicator: `stream` on cluster `source` copied (and sampled) to
+    `target_stream` on cluster `target`; advisories go to `advisory_stream` on the source."""
+
+    name: str
+    source: str
+    target: str
+    stream: str = "CHORIA_REGISTRATION"
+    target_stream: str = ""
+    advisory_stream: str = "CHORIA_REGISTRATION_ADVISORIES"
+    expect: Expect = Field(default_factory=Expect)
+
+    @property
+    def target_name(self) -> str:
+        return self.target_stream or self.stream
+
+    def entry(self, source_url: str, target_url: str, speedup: float) -> dict[str, Any]:
+        """The Choria-format stream entry, durations compressed by the speedup."""
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "stream": self.stream,
+            "target_stream": self.target_name,
+            "source_url": source_url,
+            "target_url": target_url,
+        }
+        if self.sampling:
+            for key in ("inspect_field", "inspect_header", "inspect_subject_token", "inspect_force_field"):
+                if getattr(self, key):
+                    entry[key] = getattr(self, key)
+            assert self.inspect_duration is not None
+            entry["inspect_duration"] = f"{self.inspect_duration / speedup * 1000:.0f}ms"
+            if self.warn_duration is not None:
+                entry["warn_duration"] = f"{self.warn_duration / speedup * 1000:.0f}ms"
+            if self.size_trigger:
+                entry["size_trigger"] = self.size_trigger
+            entry["advisory"] = {"subject": self.advisory_subject, "reliable": self.reliable}
+        return entry
+
+
+class ProcessSpec(_Strict):
+    """One replicator process (`stream-replicator run`) and the streams its config lists."""
+
+    name: str
+    streams: list[HopSpec] = Field(min_length=1)
+    down: list[Outage] = Field(default_factory=list)
+    """Windows (scenario time) in which this replicator is stopped."""
+
+
 class ScenarioSpec(_Strict):
     scenario: Scenario
     topology: Topology
     replicator: ReplicatorSpec
     expect: Expect
+    replicators: list[ProcessSpec] = Field(default_factory=list)
     path: Path | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ScenarioSpec:
+        if self.topology.clusters is not None:
+            self._check_tree()
+            return self
+        if self.replicators:
+            raise ValueError("replicators: needs topology.clusters to name the clusters they join")
         r = self.replicator
         if r.sampling and r.inspect_duration is None:
             raise ValueError("replicator.inspect_duration: needed with an inspection key, e.g. 1h")
@@ -83,36 +156,122 @@ class ScenarioSpec(_Strict):
                 raise ValueError("replicator.down: an outage must end within the scenario duration")
         return self
 
-    def replicator_stream(self, source_url: str, target_url: str) -> dict[str, Any]:
-        """The Choria-format stream entry, durations compressed by the speedup."""
-        r, k = self.replicator, self.scenario.speedup
-        entry: dict[str, Any] = {
-            "stream": self.topology.stream,
-            "target_stream": self.topology.target_stream or self.topology.stream,
-            "source_url": source_url,
-            "target_url": target_url,
-        }
-        if r.sampling:
-            entry.update(
-                {
-                    key: getattr(r, key)
-                    for key in (
-                        "inspect_field",
-                        "inspect_header",
-                        "inspect_subject_token",
-                        "inspect_force_field",
-                    )
-                    if getattr(r, key)
-                }
+    def _check_tree(self) -> None:
+        clusters = self.topology.clusters or {}
+        if not self.replicators:
+            raise ValueError("replicators: list the replicators between topology.clusters")
+        if self.replicator != ReplicatorSpec() or self.expect != Expect():
+            raise ValueError(
+                "replicator/expect: with topology.clusters put them under replicators[].streams[]"
             )
-            assert r.inspect_duration is not None
-            entry["inspect_duration"] = f"{r.inspect_duration / k * 1000:.0f}ms"
-            if r.warn_duration is not None:
-                entry["warn_duration"] = f"{r.warn_duration / k * 1000:.0f}ms"
-            if r.size_trigger:
-                entry["size_trigger"] = r.size_trigger
-            entry["advisory"] = {"subject": r.advisory_subject, "reliable": r.reliable}
-        return entry
+        fleet_dcs = self.scenario.fleet.data_centres
+        placed: list[str] = []
+        for name, c in clusters.items():
+            for dc in c.data_centres:
+                if dc not in fleet_dcs:
+                    raise ValueError(
+                        f"topology.clusters.{name}.data_centres: {dc!r} is not one of the fleet's "
+                        f"data centres ({', '.join(fleet_dcs)})"
+                    )
+            placed += c.data_centres
+        missing = [dc for dc in fleet_dcs if dc not in placed]
+        if missing or len(placed) != len(set(placed)):
+            raise ValueError(
+                "topology.clusters: every data centre of the fleet publishes into exactly one "
+                f"cluster (unplaced: {', '.join(missing) or 'none'}; placed twice: "
+                f"{', '.join(sorted({d for d in placed if placed.count(d) > 1})) or 'none'})"
+            )
+        names = [p.name for p in self.replicators]
+        if len(names) != len(set(names)):
+            raise ValueError("replicators: each replicator needs its own name")
+        advising: set[tuple[str, str]] = set()
+        for i, p in enumerate(self.replicators):
+            if len({h.name for h in p.streams}) != len(p.streams):
+                raise ValueError(f"replicators[{i}].streams: each stream needs its own name")
+            for o in p.down:
+                if o.at + o.duration > self.scenario.duration:
+                    raise ValueError(
+                        f"replicators[{i}].down: an outage must end within the scenario duration"
+                    )
+            for j, h in enumerate(p.streams):
+                where = f"replicators[{i}].streams[{j}]"
+                for end in ("source", "target"):
+                    if getattr(h, end) not in clusters:
+                        raise ValueError(
+                            f"{where}.{end}: {getattr(h, end)!r} is not a cluster of topology.clusters "
+                            f"({', '.join(clusters)})"
+                        )
+                if h.sampling and h.inspect_duration is None:
+                    raise ValueError(f"{where}.inspect_duration: needed with an inspection key, e.g. 1h")
+                if h.sampling:
+                    advises = (h.source, h.advisory_stream)
+                    if advises in advising:
+                        raise ValueError(
+                            f"{where}.advisory_stream: another sampled stream already advises into "
+                            f"{h.advisory_stream} on {h.source}; give each its own"
+                        )
+                    advising.add(advises)
+        self.hop_levels()  # every source fed, no cycles
+
+    # --- the topology, whichever form the file used ---------------------------------------------
+    def clusters(self) -> dict[str, ClusterSpec]:
+        top = self.topology
+        if top.clusters is not None:
+            return top.clusters
+        return {
+            "dc": ClusterSpec(
+                servers=top.source_servers,
+                data_centres=list(self.scenario.fleet.data_centres),
+                stream=top.stream,
+            ),
+            "central": ClusterSpec(servers=top.target_servers),
+        }
+
+    def processes(self) -> list[ProcessSpec]:
+        if self.topology.clusters is not None:
+            return self.replicators
+        top, r = self.topology, self.replicator
+        hop = HopSpec(
+            name=top.stream,
+            source="dc",
+            target="central",
+            stream=top.stream,
+            target_stream=top.target_stream,
+            advisory_stream=top.advisory_stream,
+            expect=self.expect,
+            **r.model_dump(exclude={"down"}),
+        )
+        return [ProcessSpec(name=f"sr_{self.scenario.name}".replace("-", "_"), streams=[hop], down=r.down)]
+
+    def hops(self) -> list[tuple[ProcessSpec, HopSpec]]:
+        return [(p, h) for p in self.processes() for h in p.streams]
+
+    def hop_levels(self) -> list[list[tuple[ProcessSpec, HopSpec]]]:
+        """The hops in the order their sources become final: first those reading the fleet's
+        streams, then those reading what earlier hops wrote (copies or advisories)."""
+        fed = {(name, c.stream) for name, c in self.clusters().items() if c.data_centres}
+        levels: list[list[tuple[ProcessSpec, HopSpec]]] = []
+        todo = self.hops()
+        while todo:
+            ready = [(p, h) for p, h in todo if (h.source, h.stream) in fed]
+            if not ready:
+                p, h = todo[0]
+                raise ValueError(
+                    f"replicators {p.name} stream {h.name}: nothing feeds {h.stream} on {h.source} "
+                    "(no fleet data centre publishes there and no other stream copies or advises into it)"
+                )
+            levels.append(ready)
+            todo = [x for x in todo if x not in ready]
+            for _, h in ready:
+                fed.add((h.target, h.target_name))
+                if h.sampling:
+                    fed.add((h.source, h.advisory_stream))
+        return levels
+
+    def replicator_stream(self, source_url: str, target_url: str) -> dict[str, Any]:
+        """The one-hop form's Choria-format stream entry."""
+        _, hop = self.hops()[0]
+        return hop.entry(source_url, target_url, self.scenario.speedup)
 
 
 def load_spec(path: str | Path) -> ScenarioSpec:
@@ -133,15 +292,22 @@ def load_spec(path: str | Path) -> ScenarioSpec:
             topology=Topology.model_validate(data.get("topology") or {}),
             replicator=ReplicatorSpec.model_validate(data.get("replicator") or {}),
             expect=Expect.model_validate(data.get("expect") or {}),
+            replicators=TypeAdapter(list[ProcessSpec]).validate_python(data.get("replicators") or []),
             path=p,
         )
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        section = {"Topology": "topology", "ReplicatorSpec": "replicator", "Expect": "expect"}.get(
-            e.title, ""
-        )
+        where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in first["loc"]).lstrip(".")
+        section = {
+            "Topology": "topology",
+            "ReplicatorSpec": "replicator",
+            "Expect": "expect",
+            "list[ProcessSpec]": "replicators",
+        }.get(e.title, "")
+        if section == "replicators":
+            section, where = "", "replicators" + where
         msg = str(first["msg"]).removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             msg = "unknown key: remove it or check its spelling"
-        raise ScenarioError(f"{p}: {section + '.' if section else ''}{where}: {msg}") from None
+        key = ".".join(x for x in (section, where) if x)
+        raise ScenarioError(f"{p}: {key + ': ' if key else ''}{msg}") from None

@@ -49,11 +49,19 @@ def ground_truth(
     return Truth(copied, sorted((a.sender, a.event, a.event_ms // 1000) for a in advs), len(msgs), final)
 
 
-def copied_sequences(target: list[RawMessage]) -> list[int]:
+def copied_sequences(
+    target: list[RawMessage], replicator: str | None = None, config_name: str | None = None
+) -> list[int]:
+    """The source sequences of the copies in `target`, in target order; only those written by
+    the given replicator and stream entry (a target stream can be fed by several)."""
     out = []
     for m in target:
         mark = parse_source_header((m.headers or {}).get(SOURCE_HEADER))
-        if mark is not None:
+        if (
+            mark is not None
+            and replicator in (None, mark.replicator)
+            and config_name in (None, mark.config_name)
+        ):
             out.append(mark.sequence)
     return out
 
@@ -130,7 +138,11 @@ class Report:
             rows.append(f"  {c.name:{width}}  {c.expected!s:>14}  {c.got!s:>14}  {'ok' if c.ok else 'FAIL'}")
             if c.detail:
                 rows.append(f"  {'':{width}}  -> {c.detail.rstrip('; ')}")
-        rows.append("  " + ", ".join(f"{k}={v}" for k, v in self.figures.items()))
+        flat = {k: v for k, v in self.figures.items() if not isinstance(v, dict)}
+        rows.append("  " + ", ".join(f"{k}={v}" for k, v in flat.items()))
+        for k, v in self.figures.items():
+            if isinstance(v, dict):  # a hop's own figures
+                rows.append(f"  {k}: " + ", ".join(f"{kk}={vv}" for kk, vv in v.items()))
         return "\n".join(rows)
 
     def as_dict(self) -> dict[str, Any]:

@@ -197,6 +197,19 @@ def test_shards_cover_every_node_exactly_once() -> None:
     assert sorted(r for p in parts for r in p) == sorted(full)
 
 
+def test_data_centre_shards_publish_only_their_nodes_and_together_the_whole_fleet() -> None:
+    # The tiered-tree scenario: each city's emulator publishes its own nodes into its own cluster.
+    s = scenario(events=[{"type": "partition", "at": "5m", "duration": "5m", "dc": "dc2"},
+                         {"type": "join", "at": "3m", "count": 100, "dc": "dc1"}])  # fmt: skip
+    fleet = Schedule(s).fleet
+    parts = {dc: publishes(s, Shard(data_centres=(dc,))) for dc in ("dc1", "dc2")}
+    for dc, rows in parts.items():
+        assert rows and {fleet.data_centres[fleet.dc[r[1]]] for r in rows} == {dc}
+    assert sorted(parts["dc1"] + parts["dc2"]) == sorted(publishes(s))
+    with pytest.raises(ValueError, match="--data-centre dc9: not one of the fleet's data centres"):
+        Schedule(s, Shard(data_centres=("dc9",)))
+
+
 def test_shard_parse_errors() -> None:
     assert Shard.parse("2/4") == Shard(2, 4)
     for bad in ("4/4", "x", "1/0", "-1/2"):
