@@ -66,3 +66,66 @@ def test_comparisons_name_what_differs() -> None:
     assert not far.ok and "missing ('n1', 'new', 100)" in far.detail and "('n1', 'new', 103)" in far.detail
     counts = compare_advisories(truth, [("n1", "new", 1)], {"new": 1, "timeout": 1})
     assert not counts.ok
+
+
+TREE = """name: t
+duration: 1h
+fleet: {nodes: 10, data_centres: [a, b]}
+topology:
+  clusters:
+    a: {servers: 3, data_centres: [a]}
+    b: {data_centres: [b]}
+    hub: {}
+replicators:
+  - name: sr_a
+    streams:
+      - {name: reg, source: a, target: hub, inspect_field: sender, inspect_duration: 30m}
+      - {name: adv, source: a, target: hub, stream: CHORIA_REGISTRATION_ADVISORIES}
+  - name: sr_b
+    streams:
+      - {name: reg, source: b, target: hub}
+"""
+
+
+def test_the_tree_form_orders_hops_by_what_feeds_them(tmp_path: Path) -> None:
+    p = tmp_path / "t.yaml"
+    p.write_text(TREE)
+    spec = load_spec(p)
+    levels = [[(proc.name, h.name) for proc, h in level] for level in spec.hop_levels()]
+    # The advisory copy reads what the sampled hop advises: it is final only after that hop.
+    assert levels == [[("sr_a", "reg"), ("sr_b", "reg")], [("sr_a", "adv")]]
+    assert spec.clusters()["a"].servers == 3 and spec.clusters()["hub"].data_centres == []
+    shipped = load_spec(ROOT / "scenarios" / "tiered-tree.yaml")
+    assert [len(level) for level in shipped.hop_levels()] == [2, 3]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("target: hub}", "target: hq}"), "replicators[1].streams[0].target: 'hq' is not a cluster"),
+        (
+            ("b: {data_centres: [b]}", "b: {}"),
+            "every data centre of the fleet publishes into exactly one cluster",
+        ),
+        (("stream: CHORIA_REGISTRATION_ADVISORIES", "stream: NOPE"), "nothing feeds NOPE on a"),
+        (
+            ("      - {name: adv", "      - {name: reg"),
+            "replicators[0].streams: each stream needs its own name",
+        ),
+        (
+            ("inspect_duration: 30m}", "inspect_duration: 30m, speed: 1}"),
+            "replicators[0].streams[0].speed: unknown key",
+        ),
+        (
+            ("name: t\n", "name: t\nreplicator: {inspect_field: s, inspect_duration: 1h}\n"),
+            "put them under replicators",
+        ),
+    ],
+)
+def test_bad_tree_files(tmp_path: Path, change: tuple[str, str], message: str) -> None:
+    p = tmp_path / "t.yaml"
+    assert change[0] in TREE
+    p.write_text(TREE.replace(*change))
+    with pytest.raises(ScenarioError) as e:
+        load_spec(p)
+    assert message in str(e.value) and "\n" not in str(e.value)
