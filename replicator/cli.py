@@ -75,6 +75,29 @@ def run(
     sys.exit(code)
 
 
+@app.command("jvm-archive")
+def jvm_archive(
+    force: Annotated[bool, typer.Option(help="Build it again even if one exists")] = False,
+) -> None:
+    """Build the Spark driver's class archive (starts ~4 s faster; `make install` runs this)."""
+    from replicator.logs import setup_logging
+    from replicator.spark.jvm import archive_path
+
+    existing = archive_path()
+    if existing is not None and existing.is_file() and not force:
+        typer.echo(f"class archive {existing}: already built")
+        return
+    setup_logging("warn")
+    from replicator.classarchive import build_class_archive
+
+    try:
+        archive = build_class_archive()
+    except (RuntimeError, OSError, TimeoutError) as e:
+        _fail(str(e))
+        return
+    typer.echo(f"class archive {archive}: built ({archive.stat().st_size / 1e6:.0f} MB)")
+
+
 admin = typer.Typer(no_args_is_help=True, help="Inspect a replicator's state.")
 app.add_typer(admin, name="admin")
 

@@ -24,7 +24,13 @@ STOP_DEADLINE_S = 25.0
 
 
 class Runner:
-    def __init__(self, cfg: Config, streams: list[StreamConfig], spark_master: str | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        streams: list[StreamConfig],
+        spark_master: str | None = None,
+        create_class_archive: bool = False,
+    ) -> None:
         self.cfg = cfg
         self.streams = streams
         self.master = spark_master or cfg.spark_master
@@ -32,6 +38,8 @@ class Runner:
         self.loop = LoopThread()
         self.replications = [StreamReplication(cfg, s, self.loop) for s in streams]
         self.spark: SparkSession | None = None
+        # Set by `stream-replicator jvm-archive`: the JVM dumps its loaded classes when it ends.
+        self.create_class_archive = create_class_archive
 
     def request_stop(self, *_: object) -> None:
         if not self.stop_event.is_set():
@@ -46,7 +54,9 @@ class Runner:
             if not r.prepare(self.stop_event.is_set):
                 return 0
         log.info("starting Spark (%s)", self.master)
-        self.spark = build_session(self.master, f"stream-replicator-{self.cfg.name}", self.cfg.spark_conf)
+        self.spark = build_session(
+            self.master, f"stream-replicator-{self.cfg.name}", self.cfg.spark_conf, self.create_class_archive
+        )
         # PySpark installs its own SIGINT handler when the context starts; ours must win.
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self.request_stop)

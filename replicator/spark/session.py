@@ -39,7 +39,10 @@ def python_for_workers() -> str:
 
 
 def build_session(
-    master: str = "local[*]", app_name: str = "stream-replicator", conf: dict[str, str] | None = None
+    master: str = "local[*]",
+    app_name: str = "stream-replicator",
+    conf: dict[str, str] | None = None,
+    create_class_archive: bool = False,
 ) -> SparkSession:
     py = python_for_workers()
     os.environ["PYSPARK_PYTHON"] = py
@@ -47,6 +50,7 @@ def build_session(
     from pyspark.sql import SparkSession
 
     from replicator.spark.datasource import NatsJetStreamDataSource
+    from replicator.spark.jvm import driver_java_options
 
     builder = SparkSession.builder.master(master).appName(app_name)
     merged = dict(DEFAULT_CONF)
@@ -57,7 +61,11 @@ def build_session(
         # On a cluster the driver must be reachable from executors on other hosts.
         merged.pop("spark.driver.bindAddress")
         merged.pop("spark.driver.host")
-    merged.update(conf or {})
+    user = dict(conf or {})
+    # Ours first: the JVM takes the last of repeated flags, so the user's options win.
+    java_opts = [driver_java_options(create_class_archive), user.pop("spark.driver.extraJavaOptions", "")]
+    merged["spark.driver.extraJavaOptions"] = " ".join(o for o in java_opts if o)
+    merged.update(user)
     for k, v in merged.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

@@ -1,0 +1,43 @@
+"""The Spark driver's JVM options: C1 + serial GC always; the class archive only when complete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from replicator.spark import jvm
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("STREAM_REPLICATOR_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_without_an_archive_the_driver_gets_only_the_jit_and_gc_options(cache: Path) -> None:
+    assert jvm.driver_java_options() == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def test_an_archive_in_place_is_used(cache: Path) -> None:
+    archive = jvm.archive_path()
+    assert archive is not None and archive.parent == cache
+    archive.write_bytes(b"x")
+    assert f"-XX:SharedArchiveFile={archive}" in jvm.driver_java_options().split()
+
+
+def test_creating_writes_to_a_partial_file_never_to_the_archive_itself(cache: Path) -> None:
+    archive = jvm.archive_path()
+    assert archive is not None
+    opts = jvm.driver_java_options(create_archive=True).split()
+    assert f"-XX:ArchiveClassesAtExit={jvm.partial_path(archive)}" in opts
+    assert not any(o.startswith("-XX:SharedArchiveFile") for o in opts)
+
+
+def test_the_archive_name_changes_with_the_java_binary(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = jvm.archive_path()
+    fake_home = cache / "jdk"
+    (fake_home / "bin").mkdir(parents=True)
+    (fake_home / "bin" / "java").write_text("")
+    monkeypatch.setenv("JAVA_HOME", str(fake_home))
+    assert jvm.archive_path() not in (None, first)
