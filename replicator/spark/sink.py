@@ -10,29 +10,25 @@ sequence already in the target is published again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from nats.aio.client import Client
-from nats.js.api import PubAck
 
 from replicator.aio import LoopThread
 from replicator.config import TLSConfig
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, format_source_header, message_id
 from replicator.metrics import MetricLabels, metrics
 from replicator.nats.connect import open_connection
+from replicator.nats.publisher import PipelinedPublisher, PublishError, PublishOutcome
 from replicator.subjects import rewrite_subject
 
 log = logging.getLogger(__name__)
-
-
-class PublishError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -73,6 +69,7 @@ class OrderedSink:
         # Highest source sequence known to be in the target: never published again.
         self.floor = floor
         self._nc: Client | None = None
+        self._publisher: PipelinedPublisher | None = None
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
         self.totals = BatchResult()
         self.last_batch: BatchResult | None = None
@@ -130,20 +127,18 @@ class OrderedSink:
             # Source order is the contract; the batch is already ordered, but sorting costs
             # little and protects against any upstream operator that reorders.
             todo = todo.sort_by("seq")
-            acks = self.loop.run(self._publish(todo), timeout=None)
+            outcome = self.loop.run(self._publish(todo), timeout=None)
             r.copied = todo.num_rows
             r.copied_bytes = int(pc.sum(pc.binary_length(todo.column("data"))).as_py() or 0)
-            r.duplicates = sum(1 for a in acks if a.duplicate)
+            r.duplicates = outcome.duplicates
         # Every row of the batch is now handled (copied, or deliberately skipped).
         self.floor = max(self.floor, r.last_seq)
         return r
 
-    async def _publish(self, table: pa.Table) -> list[PubAck]:
-        """Publish in order and wait for every ack, under one deadline for the whole batch (a
-        per-message wait_for, nats-py's `wait_stall`, costs most of the throughput)."""
-        deadline = self.s.ack_timeout + table.num_rows / 1000
+    async def _publish(self, table: pa.Table) -> PublishOutcome:
+        """Publish in order and wait for every ack, under one deadline for the whole batch."""
         try:
-            return await asyncio.wait_for(self._publish_all(table), deadline)
+            return await self._publish_all(table)
         except PublishError:
             raise
         except Exception as e:
@@ -151,35 +146,44 @@ class OrderedSink:
                 f"publishing to target stream {self.s.target_stream} failed: {e!r}; the batch will be retried"
             ) from e
 
-    async def _publish_all(self, table: pa.Table) -> list[PubAck]:
+    async def _publish_all(self, table: pa.Table) -> PublishOutcome:
         nc = await self._conn()
-        js = nc.jetstream(publish_async_max_pending=self.s.max_pending)
+        if self._publisher is None or self._publisher.nc is not nc:
+            self._publisher = PipelinedPublisher(nc, self.s.target_stream, self.s.max_pending)
         s = self.s
+        source, replicator, config_name, identity = (
+            s.source_stream,
+            s.replicator,
+            s.config_name,
+            s.stream_identity,
+        )
+        prefix, remove = s.subject_prefix, s.subject_remove
         subjects = table.column("subject").to_pylist()
         seqs = table.column("seq").to_pylist()
         ts_ms = pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist()
         headers = table.column("headers").to_pylist()
         datas = table.column("data").to_pylist()
-        futures: list[asyncio.Future[PubAck]] = []
-        prefix, remove = s.subject_prefix, s.subject_remove
-        for subject, seq, ts, hdr, data in zip(subjects, seqs, ts_ms, headers, datas, strict=True):
-            h = dict(hdr) if hdr else {}
-            h[SOURCE_HEADER] = format_source_header(s.source_stream, seq, s.replicator, s.config_name, ts)
-            h[MSG_ID_HEADER] = message_id(s.stream_identity, seq)
-            fut = await js.publish_async(rewrite_subject(subject, prefix, remove), data, headers=h)
-            futures.append(fut)
-        try:
-            acks = await asyncio.gather(*futures)
-        finally:
-            for f in futures:
-                f.cancel()  # no-op for the completed ones
-        for ack in acks:
-            if ack.stream != s.target_stream:
-                raise PublishError(
-                    f"subject mapped to stream {ack.stream}, not the target stream {s.target_stream}: "
-                    "check target_subject_prefix/target_subject_remove against the target's subjects"
-                )
-        return list(acks)
+
+        def messages() -> Iterator[tuple[str, bytes, dict[str, str]]]:
+            for subject, seq, ts, hdr, data in zip(subjects, seqs, ts_ms, headers, datas, strict=True):
+                h = dict(hdr) if hdr else {}
+                h[SOURCE_HEADER] = format_source_header(source, seq, replicator, config_name, ts)
+                h[MSG_ID_HEADER] = message_id(identity, seq)
+                yield rewrite_subject(subject, prefix, remove), data, h
+
+        outcome = await self._publisher.publish(messages(), s.ack_timeout + table.num_rows / 1000)
+        if outcome.failures:
+            index, reason = outcome.failures[0]
+            hint = (
+                ": check target_subject_prefix/target_subject_remove against the target's subjects"
+                if "stream" in reason
+                else ""
+            )
+            raise PublishError(
+                f"{len(outcome.failures)} of {outcome.published} messages were not stored in target stream "
+                f"{s.target_stream} (source sequence {seqs[index]}: {reason}){hint}; the batch will be retried"
+            )
+        return outcome
 
     def _account(self, r: BatchResult) -> None:
         m = metrics()
