@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from replicator.aio import LoopThread
 from replicator.config import Config, StreamConfig
 from replicator.metrics import metrics
@@ -18,12 +20,15 @@ from replicator.nats.jetstream import (
     as_start_time,
     ensure_target_stream,
     find_last_copied,
+    read_range,
     stream_info,
     wait_for_stream,
 )
 from replicator.nats.urls import parse_nats_url
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import SamplingParams
+from replicator.spark.datasource import to_record_batch
+from replicator.spark.inflight import InflightRecord
 from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink, bucket_function
 from replicator.spark.sink import OrderedSink, SinkSettings
 
@@ -36,6 +41,10 @@ log = logging.getLogger(__name__)
 
 def checkpoint_dir(cfg: Config, s: StreamConfig) -> Path:
     return Path(cfg.state_store) / f"{s.stream}_{s.name}" / "checkpoint"
+
+
+def inflight_path(cfg: Config, s: StreamConfig) -> Path:
+    return Path(cfg.state_store) / f"{s.stream}_{s.name}" / "inflight.json"
 
 
 class StreamReplication:
@@ -109,6 +118,11 @@ class StreamReplication:
             ),
             self.loop,
             floor=floor,
+            # Copying overlaps publishing with Spark's next batch; sampling publishes in the
+            # batch itself (its decisions live in Spark's state, not in the source).
+            inflight=None
+            if s.sampling or __import__("os").environ.get("SR_NOPIPE")
+            else InflightRecord(inflight_path(self.cfg, s)),
         )
         if s.sampling:
             self.sampling_sink = SamplingSink(
@@ -164,8 +178,36 @@ class StreamReplication:
             opts.update({"tls_ca": tls.ca, "tls_cert": tls.cert, "tls_key": tls.key})
         return opts
 
+    def catch_up(self) -> None:
+        """Publish what an earlier run left in flight (see replicator.spark.inflight) before the
+        query resumes after it."""
+        assert self.sink is not None, "prepare() first"
+        try:
+            self.sink.wait_published(self.sink.s.ack_timeout)  # a publish still running settles first
+        except Exception as e:
+            log.info("%s: the batch in flight failed (%s); publishing it again", self.label, e)
+        record = self.sink.inflight
+        left = record.read() if record is not None else None
+        if record is None or left is None:
+            return
+        first = max(left.first_seq, self.sink.floor + 1)
+        if first <= left.last_seq:
+            log.info("%s: publishing source sequences %d-%d, left in flight when it last stopped",
+                     self.label, first, left.last_seq)  # fmt: skip
+            chunks = self.loop.run(
+                read_range(self._source_nc, self.s.stream, self.s.filter_subject, first, left.last_seq + 1)
+            )
+            for chunk in chunks:
+                result = self.sink.publish_table(
+                    pa.Table.from_batches([to_record_batch(self.s.stream, chunk)])
+                )
+                self.sink._account(result)
+        self.sink.floor = max(self.sink.floor, left.last_seq)
+        record.clear()
+
     def start(self, spark: SparkSession) -> StreamingQuery:
         assert self.sink is not None, "prepare() first"
+        self.catch_up()
         ckpt = checkpoint_dir(self.cfg, self.s)
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         df = spark.readStream.format("nats-jetstream").options(**self.reader_options()).load()

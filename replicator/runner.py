@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import threading
 from collections.abc import Callable
@@ -63,7 +64,7 @@ class Runner:
             signal.signal(signal.SIGTERM, self.request_stop)
         backoff: dict[str, float] = {}
         for r in self.replications:
-            r.start(self.spark)
+            self._start(r, backoff)
         try:
             while not self.stop_event.wait(1.0):
                 for r in self.replications:
@@ -77,19 +78,39 @@ class Runner:
 
     def _supervise(self, r: StreamReplication, backoff: dict[str, float]) -> None:
         q = r.query
-        if q is None or q.isActive:
-            return
-        err = q.exception()
         assert r.sink is not None
+        published = r.sink.publish_failed()
+        if q is not None and q.isActive and published is not None:
+            # A batch Spark already committed could not be published: stop reading, publish it
+            # again (catch_up) and resume, as for a failed batch.
+            log.error("%s: publishing a batch failed (%s)", r.label, _first_line(published))
+            q.stop()
+            r.query = None
+        elif q is None or not q.isActive:
+            err = q.exception() if q is not None else None
+            if q is not None:
+                log.error("%s: batch failed (%s)", r.label, _first_line(err) if err else "stopped")
+            r.query = None
+        else:
+            return
         r.sink.labels.of(metrics().errors).inc()
         wait = min(30.0, backoff.get(r.label, 0.5) * 2)
         backoff[r.label] = wait
-        msg = str(err).strip().splitlines()[0] if err else "stopped"
-        log.error("%s: batch failed (%s); retrying from the checkpoint in %.0fs", r.label, msg, wait)
+        log.info("%s: retrying from the checkpoint in %.0fs", r.label, wait)
         if self.stop_event.wait(wait):
             return
+        self._start(r, backoff)
+
+    def _start(self, r: StreamReplication, backoff: dict[str, float]) -> None:
+        """Start a stream's query; a failure (say, the target refusing what was left in flight)
+        is retried by _supervise with backoff, not fatal."""
         assert self.spark is not None
-        r.start(self.spark)
+        try:
+            r.start(self.spark)
+        except Exception as e:
+            log.error("%s: could not start (%s)", r.label, _first_line(e))
+            r.query = None
+            backoff.setdefault(r.label, 0.5)
 
     def shutdown(self) -> None:
         """Stop queries and Spark; bounded, so SIGTERM always ends the process in time."""
@@ -108,3 +129,16 @@ class Runner:
             log.error("clean stop took longer than %.0fs; exiting now", STOP_DEADLINE_S)
             os._exit(1)
         log.info("stopped")
+
+
+_PYTHON_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
+
+
+def _first_line(e: BaseException) -> str:
+    """One line saying what went wrong. A failed batch's error is Spark's wrapper around a Python
+    traceback: the last `SomeError: message` line in it is the reason."""
+    lines = [line.strip() for line in str(e).strip().splitlines()]
+    reasons = [m for m in map(_PYTHON_ERROR_LINE.match, lines) if m]
+    if reasons:
+        return f"{reasons[-1].group(1)}: {reasons[-1].group(2)}"
+    return (lines or [type(e).__name__])[0]

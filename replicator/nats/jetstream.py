@@ -291,6 +291,17 @@ class DirectReader:
         return chunks
 
 
+async def read_range(
+    nc: Client, stream: str, filter_subject: str, start: int, end: int
+) -> list[list[RawMessage]]:
+    """Messages with start <= seq < end (matching filter_subject), in order, in chunks: by direct
+    get when the stream allows it, else with a consumer."""
+    info = await stream_info(nc, stream)
+    direct = bool(info and info.config.allow_direct)
+    reader = (DirectReader if direct else ConsumerReader)(nc, stream, filter_subject, 5000)
+    return await reader.read(start, end)
+
+
 class ConsumerReader:
     """Fallback for source streams without `allow_direct`: an ephemeral, unacknowledged pull
     consumer from the range start."""

@@ -12,6 +12,7 @@ source order.
 
 Options: url (required), stream (required), filter_subject, start_sequence, start_time
 (RFC3339), start_at_end, max_messages_per_batch (admission control; default 10000),
+first_batch_messages (batches start this small and double while backlogged; default 2000),
 parallelism (ranges per batch; default 2), min_partition_messages (default 2000),
 tls_ca/tls_cert/tls_key.
 
@@ -93,6 +94,25 @@ class ClockRows(InputPartition):
         self.clock_ms = clock_ms
         self.buckets = buckets
         super().__init__(("clock", clock_ms))
+
+
+class BatchRamp:
+    """Batch sizes that start at `first` and double while backlogged, up to `cap`: the first copy
+    (and the first after an idle spell) does not wait for a full-size batch, and a backlog is
+    still read in batches large enough to amortise each batch's fixed cost."""
+
+    def __init__(self, first: int, cap: int) -> None:
+        self.first = max(1, min(first, cap))
+        self.cap = cap
+        self.size = self.first
+
+    def end(self, begin: int, available_end: int, limit: int) -> int:
+        """End (exclusive) of the next batch starting at `begin` when the stream ends before
+        `available_end` and the caller allows `limit` rows."""
+        size = max(1, min(self.size, limit))
+        backlogged = available_end - begin > size
+        self.size = min(self.size * 2, self.cap) if backlogged else self.first
+        return min(available_end, begin + size)
 
 
 def bucket_of(key: str, buckets: int) -> int:
@@ -198,6 +218,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
         self.max_per_batch = int(options.get("max_messages_per_batch", "10000"))
         if self.max_per_batch < 1:
             raise ValueError("nats-jetstream: max_messages_per_batch must be at least 1")
+        self.ramp = BatchRamp(int(options.get("first_batch_messages", "2000")), self.max_per_batch)
         self.parallelism = max(1, int(options.get("parallelism", "2")))
         self.min_partition = max(1, int(options.get("min_partition_messages", "2000")))
         self.chunk = max(1, int(options.get("read_chunk", "5000")))
@@ -285,12 +306,15 @@ class NatsJetStreamReader(DataSourceStreamReader):
             )
             self._warned_reset = True
         last = end - 1
+        if isinstance(limit, ReadMaxRows):
+            cap = limit.max_rows
+        elif isinstance(limit, ReadAllAvailable):
+            cap = max(1, end - begin)
+        else:
+            cap = self.max_per_batch
+        end = self.ramp.end(begin, end, cap)
         if end <= begin and not self.sampling:
             return start
-        if isinstance(limit, ReadMaxRows):
-            end = min(end, begin + limit.max_rows)
-        elif not isinstance(limit, ReadAllAvailable):
-            end = min(end, begin + self.max_per_batch)
         if not self.sampling:
             return {"seq": end}
         return self._with_clock(start, max(begin, end), caught_up=end > last)

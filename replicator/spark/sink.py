@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, format_source_heade
 from replicator.metrics import MetricLabels, metrics
 from replicator.nats.connect import open_connection
 from replicator.nats.publisher import PipelinedPublisher, PublishError, PublishOutcome
+from replicator.spark.inflight import InflightRecord
 from replicator.subjects import rewrite_subject
 
 log = logging.getLogger(__name__)
@@ -63,9 +65,15 @@ class SinkSettings:
 class OrderedSink:
     """Callable for `foreachBatch(sink)`; keeps its target connection across batches."""
 
-    def __init__(self, settings: SinkSettings, loop: LoopThread, floor: int = 0) -> None:
+    def __init__(
+        self, settings: SinkSettings, loop: LoopThread, floor: int = 0, inflight: InflightRecord | None = None
+    ) -> None:
         self.s = settings
         self.loop = loop
+        # Where the batch being published is recorded until acknowledged (None: publish in the
+        # foreachBatch call itself; the sampling sink does, its decisions are not re-derivable).
+        self.inflight = inflight
+        self._pending: Future[None] | None = None
         # Highest source sequence known to be in the target: never published again.
         self.floor = floor
         self._nc: Client | None = None
@@ -82,19 +90,57 @@ class OrderedSink:
         return self._nc
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
+        """One micro-batch. With an in-flight record this returns once the batch is recorded
+        and its publishing started, so Spark reads the next batch while this one is published;
+        the previous batch must have been fully acknowledged first (or this batch fails)."""
         started = time.monotonic()
         table: pa.Table = batch_df.toArrow()
         collected = time.monotonic()
-        result = self.publish_table(table)
-        result.seconds = time.monotonic() - started
-        self._account(result)
+        if self.inflight is None:
+            result = self.publish_table(table)
+            result.seconds = time.monotonic() - started
+            self._account(result)
+        else:
+            self.wait_published()
+            todo, result = self.select(table)
+            if todo.num_rows:
+                self.inflight.write(int(todo.column("seq")[0].as_py()), result.last_seq)
+                self._pending = self.loop.submit(self._publish_and_settle(todo, result, started))
+            else:
+                self.floor = max(self.floor, result.last_seq)
+                result.seconds = time.monotonic() - started
+                self._account(result)
         log.debug(
-            "batch %d: %d rows, collect %.3fs, publish %.3fs",
+            "batch %d: %d rows, collect %.3fs, then %.3fs",
             batch_id,
             result.received,
             collected - started,
-            result.seconds - (collected - started),
+            time.monotonic() - collected,
         )
+
+    async def _publish_and_settle(self, todo: pa.Table, r: BatchResult, started: float) -> None:
+        outcome = await self._publish(todo)
+        r.duplicates = outcome.duplicates
+        # Accounted here, on the loop thread, before the future completes: whoever waits on it
+        # sees the floor and the totals already moved.
+        self.floor = max(self.floor, r.last_seq)
+        r.seconds = time.monotonic() - started
+        self._account(r)
+        if self.inflight is not None:
+            self.inflight.clear()
+
+    def wait_published(self, timeout: float | None = None) -> None:
+        """Wait until the batch being published is acknowledged; raise its error if it failed."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result(timeout)
+
+    def publish_failed(self) -> BaseException | None:
+        """The error of a background publish that failed (None while running or fine)."""
+        p = self._pending
+        if p is None or not p.done() or p.cancelled():
+            return None
+        return p.exception()
 
     def publish_table(
         self,
@@ -103,12 +149,28 @@ class OrderedSink:
         copy_mask: Any = None,
         sizes: Any = None,
     ) -> BatchResult:
-        """Publish the rows of `table` (in seq order) that are above the floor, fresh enough and,
-        when sampling, selected by `copy_mask`; `sizes` gives payload sizes of rows whose data
-        was dropped upstream (skipped by sampling)."""
+        """Publish, and wait for, the rows `select` keeps."""
+        todo, r = self.select(table, now, copy_mask, sizes)
+        if todo.num_rows:
+            outcome = self.loop.run(self._publish(todo), timeout=None)
+            r.duplicates = outcome.duplicates
+        # Every row of the batch is now handled (copied, or deliberately skipped).
+        self.floor = max(self.floor, r.last_seq)
+        return r
+
+    def select(
+        self,
+        table: pa.Table,
+        now: float | None = None,
+        copy_mask: Any = None,
+        sizes: Any = None,
+    ) -> tuple[pa.Table, BatchResult]:
+        """The rows of `table` to publish, in seq order: above the floor, fresh enough and, when
+        sampling, selected by `copy_mask`; `sizes` gives payload sizes of rows whose data was
+        dropped upstream (skipped by sampling)."""
         r = BatchResult(received=table.num_rows)
         if table.num_rows == 0:
-            return r
+            return table, r
         sizes = pc.binary_length(table.column("data")) if sizes is None else sizes
         r.received_bytes = int(pc.sum(sizes).as_py() or 0)
         seqs = table.column("seq")
@@ -122,18 +184,12 @@ class OrderedSink:
             fresh = pc.greater_equal(pc.cast(table.column("timestamp"), pa.int64()), cutoff_us)
             r.too_old = int(pc.sum(pc.and_(keep, pc.invert(fresh))).as_py() or 0)
             keep = pc.and_(keep, fresh)
-        todo = table.filter(keep)
-        if todo.num_rows:
-            # Source order is the contract; the batch is already ordered, but sorting costs
-            # little and protects against any upstream operator that reorders.
-            todo = todo.sort_by("seq")
-            outcome = self.loop.run(self._publish(todo), timeout=None)
-            r.copied = todo.num_rows
-            r.copied_bytes = int(pc.sum(pc.binary_length(todo.column("data"))).as_py() or 0)
-            r.duplicates = outcome.duplicates
-        # Every row of the batch is now handled (copied, or deliberately skipped).
-        self.floor = max(self.floor, r.last_seq)
-        return r
+        # Source order is the contract; the batch is already ordered, but sorting costs little
+        # and protects against any upstream operator that reorders.
+        todo = table.filter(keep).sort_by("seq")
+        r.copied = todo.num_rows
+        r.copied_bytes = int(pc.sum(pc.binary_length(todo.column("data"))).as_py() or 0)
+        return todo, r
 
     async def _publish(self, table: pa.Table) -> PublishOutcome:
         """Publish in order and wait for every ack, under one deadline for the whole batch."""
@@ -210,7 +266,12 @@ class OrderedSink:
         t.last_seq = max(t.last_seq, r.last_seq)
         self.last_batch = r
 
-    def close(self) -> None:
+    def close(self, grace: float = 10.0) -> None:
+        try:
+            self.wait_published(grace)
+        except Exception as e:  # its in-flight record stays: the next start publishes it
+            log.warning("%s: the last batch was not fully published (%s); it will be on the next start",
+                        self.s.source_stream, e)  # fmt: skip
         if self._nc is not None and not self._nc.is_closed:
             try:
                 self.loop.run(self._nc.close(), 5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import nats
 import pytest
 from helpers import (
     create_stream,
@@ -83,3 +84,41 @@ def test_restart_without_checkpoint_never_republishes(source_server, nats_server
         assert rep.stop() == 0
     assert run(count(dst, "EVENTS")) == 2_500
     assert "already holds source sequences up to 2000" in rep.output()
+
+
+def test_a_target_refusing_for_a_while_loses_nothing(source_server, nats_server, tmp_path: Path) -> None:
+    """Batches Spark has committed while their publishing was refused are published again,
+    in order, once the target accepts them (the in-flight record, replicator.spark.inflight)."""
+    from nats.js.api import DiscardPolicy
+
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "ORDERS", ["orders.>"]))
+    run(create_stream(dst, "ORDERS", ["orders.>"], max_msgs=2_500, discard=DiscardPolicy.NEW))
+    items = [(f"orders.{i % 7}", registration(i, 300), None) for i in range(6_000)]
+    run(publish(src, items))
+    cfg = write_config(
+        tmp_path / "sr.yaml",
+        "dc1",
+        [{"stream": "ORDERS", "source_url": src, "target_url": dst, "batch_max_messages": 1000}],
+    )
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: "maximum messages exceeded" in rep.output(), 180, "the target refusing", rep)
+        assert run(count(dst, "ORDERS")) == 2_500
+
+        async def lift_limit() -> None:
+            nc = await nats.connect(dst)
+            js = nc.jetstream()
+            conf = (await js.stream_info("ORDERS")).config
+            conf.max_msgs = -1
+            await js.update_stream(conf)
+            await nc.close()
+
+        run(lift_limit())
+        wait_for(lambda: run(count(dst, "ORDERS")) >= len(items), 180, "the rest copied", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    got = run(read_all(dst, "ORDERS"))
+    seqs = [parse_source_header((m.headers or {}).get(SOURCE_HEADER)).sequence for m in got]  # type: ignore[union-attr]
+    assert seqs == list(range(1, len(items) + 1)), "every message once, in source order"
+    assert "left in flight" in rep.output()

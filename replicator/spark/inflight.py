@@ -1,0 +1,48 @@
+"""The record of a micro-batch whose publishing is still in flight.
+
+The copy sink lets Spark commit a batch as soon as its publishing has started, so reading the
+next batch overlaps publishing this one (measured in `make bench`). Spark's checkpoint then
+says the batch is done before the target has acknowledged it; this record closes that gap.
+It holds the source sequence range the batch publishes (filter_subject and max_age pick the
+same messages from it again) and is removed once every message is acknowledged. If the process
+dies first, the next start publishes the range again above the target's last copied sequence,
+before the query resumes; the deterministic `Nats-Msg-Id` drops what had already arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class InflightRange:
+    first_seq: int
+    last_seq: int
+
+
+class InflightRecord:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, first_seq: int, last_seq: int) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"first_seq": first_seq, "last_seq": last_seq}))
+        os.replace(tmp, self.path)  # atomic: a reader sees the old record or the new one
+
+    def read(self) -> InflightRange | None:
+        try:
+            doc = json.loads(self.path.read_text())
+            return InflightRange(int(doc["first_seq"]), int(doc["last_seq"]))
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as e:
+            raise RuntimeError(
+                f"in-flight batch record {self.path} is unreadable ({e}); remove it and the stream's "
+                "checkpoint directory to copy the stream again from the target's last message"
+            ) from None
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
