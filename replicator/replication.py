@@ -120,9 +120,7 @@ class StreamReplication:
             floor=floor,
             # Copying overlaps publishing with Spark's next batch; sampling publishes in the
             # batch itself (its decisions live in Spark's state, not in the source).
-            inflight=None
-            if s.sampling or __import__("os").environ.get("SR_NOPIPE")
-            else InflightRecord(inflight_path(self.cfg, s)),
+            inflight=None if s.sampling else InflightRecord(inflight_path(self.cfg, s)),
         )
         if s.sampling:
             self.sampling_sink = SamplingSink(
