@@ -56,7 +56,11 @@ class Runner:
                 return 0
         log.info("starting Spark (%s)", self.master)
         self.spark = build_session(
-            self.master, f"stream-replicator-{self.cfg.name}", self.cfg.spark_conf, self.create_class_archive
+            self.master,
+            f"stream-replicator-{self.cfg.name}",
+            self.cfg.spark_conf,
+            self.create_class_archive,
+            light_jvm=not any(s.sampling for s in self.streams),
         )
         # PySpark installs its own SIGINT handler when the context starts; ours must win.
         if threading.current_thread() is threading.main_thread():

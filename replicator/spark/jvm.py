@@ -1,8 +1,8 @@
 """JVM options for the Spark driver, and its class-data-sharing archive.
 
 Measured with `make bench` on 2 cores: the JIT's C2 compiler threads took more CPU than the
-copy itself during the first minutes (4.1 of 7.3 CPU-s for 100,000 messages), so the driver
-runs C1 only (`-XX:TieredStopAtLevel=1`) with the serial collector. Loading Spark's ~20,000
+copy itself during the first minutes (4.1 of 7.3 CPU-s for 100,000 messages), so a copy-only
+driver runs C1 only (`-XX:TieredStopAtLevel=1`); every driver uses the serial collector. Loading Spark's ~20,000
 classes costs seconds at every start; a dynamic CDS archive of them (`stream-replicator
 jvm-archive`, run by `make install`) cut session start from ~9 s to ~6 s and the first job from
 ~2.7 s to ~1.4 s.
@@ -23,8 +23,12 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# C1 only and the serial collector: less CPU and memory for a light, long-running driver.
-DRIVER_JAVA_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+# The serial collector: less CPU and memory for a driver on a small machine.
+DRIVER_JAVA_OPTIONS = ["-XX:+UseSerialGC"]
+# C1 only, for copy-only jobs where the JVM's own work is light. Sampling (shuffle, state
+# store) runs faster with C2 (`make bench`: 1,000,000 senders 12,868 msg/s with C2, 11,696
+# without, one run each), so jobs with a sampled stream keep the default tiered JIT.
+C1_ONLY = "-XX:TieredStopAtLevel=1"
 # The JVM warns about every class it cannot archive (signed jars): keep stderr readable.
 QUIET_CDS = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 
@@ -58,8 +62,8 @@ def partial_path(archive: Path) -> Path:
     return archive.with_name(f"{archive.name}.{os.getpid()}.partial")
 
 
-def driver_java_options(create_archive: bool = False) -> str:
-    opts = list(DRIVER_JAVA_OPTIONS)
+def driver_java_options(create_archive: bool = False, c1_only: bool = True) -> str:
+    opts = ([C1_ONLY] if c1_only else []) + DRIVER_JAVA_OPTIONS
     archive = archive_path()
     if archive is not None and create_archive:
         archive.parent.mkdir(parents=True, exist_ok=True)

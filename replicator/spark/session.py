@@ -47,6 +47,7 @@ def build_session(
     app_name: str = "stream-replicator",
     conf: dict[str, str] | None = None,
     create_class_archive: bool = False,
+    light_jvm: bool = True,
 ) -> SparkSession:
     py = python_for_workers()
     os.environ["PYSPARK_PYTHON"] = py
@@ -67,7 +68,10 @@ def build_session(
         merged.pop("spark.driver.host")
     user = dict(conf or {})
     # Ours first: the JVM takes the last of repeated flags, so the user's options win.
-    java_opts = [driver_java_options(create_class_archive), user.pop("spark.driver.extraJavaOptions", "")]
+    java_opts = [
+        driver_java_options(create_class_archive, c1_only=light_jvm),
+        user.pop("spark.driver.extraJavaOptions", ""),
+    ]
     merged["spark.driver.extraJavaOptions"] = " ".join(o for o in java_opts if o)
     merged.update(user)
     for k, v in merged.items():
