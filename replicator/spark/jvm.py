@@ -25,9 +25,11 @@ log = logging.getLogger(__name__)
 
 # The serial collector: less CPU and memory for a driver on a small machine.
 DRIVER_JAVA_OPTIONS = ["-XX:+UseSerialGC"]
-# C1 only, for copy-only jobs where the JVM's own work is light. Sampling (shuffle, state
-# store) runs faster with C2 (`make bench`: 1,000,000 senders 12,868 msg/s with C2, 11,696
-# without, one run each), so jobs with a sampled stream keep the default tiered JIT.
+# C1 only, for copy-only jobs, where the JVM's own work is light (1.1 of its 7.3 CPU-s) and
+# C2's compiling was the cost. Sampling makes the JVM shuffle and keep state for hours, the
+# steady-state work C2 exists for, so jobs with a sampled stream keep the default tiered JIT
+# (`make bench` could not tell them apart at 1,000,000 senders: 12,868 and 11,220 msg/s with
+# C2, 11,417 and 11,696 with C1 only, all within this machine's run-to-run noise).
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 # The JVM warns about every class it cannot archive (signed jars): keep stderr readable.
 QUIET_CDS = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
