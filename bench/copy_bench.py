@@ -27,7 +27,7 @@ import nats
 import yaml
 from nats.js.api import ExternalStream, StreamConfig, StreamSource
 
-from bench.proctree import PeakRSS
+from bench.proctree import CpuSplit, PeakRSS
 from replicator.localnats import free_port, local_cluster
 
 SUBJECTS = "reg.>"
@@ -133,15 +133,20 @@ def run_copier(
     n: int,
     live: Callable[[], list[float]],
     env: dict[str, str] | None = None,
+    servers: list[int] | None = None,
 ) -> dict[str, Any]:
     t0 = time.monotonic()
     first: list[float] = []
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True
     )
+    cpu = CpuSplit(proc.pid, servers)
     with PeakRSS(proc.pid) as rss:
         try:
+            wait_count(dst, tstream, 1, 900, first)
+            cpu.start()  # CPU over the backlog copy, start-up excluded
             end = wait_count(dst, tstream, n, 900, first)
+            cpu.stop()
             lat = live()
         finally:
             proc.terminate()
@@ -159,6 +164,8 @@ def run_copier(
         "rss_mb": rss.peak / 1e6,
         "pss_mb": rss.peak_pss / 1e6,
         "live_received": len(lat),
+        "cpu_seconds": cpu.seconds,
+        "copy_seconds": end - first[0],
     }
 
 
@@ -301,6 +308,15 @@ def main() -> None:
         print(
             f"{r['copier']:40} {r['msgs_per_s']:9,.0f} {r['ratio_vs_plain']:8.2f} {r['first_copy_s']:10.1f} "
             f"{r['p50_ms']:7.0f} {r['p99_ms']:7.0f} {r['rss_mb']:7.0f} {r['pss_mb']:7.0f}"
+        )
+    for r in results[:2]:
+        last = r["rounds"][-1]
+        split = ", ".join(f"{k} {v:.1f}" for k, v in last["cpu_seconds"].items() if v >= 0.05)
+        busy = sum(v for k, v in last["cpu_seconds"].items() if not k.startswith("JVM: "))
+        print(
+            f"CPU-s over the last round's backlog copy ({last['copy_seconds']:.1f} s, "
+            f"{busy / last['copy_seconds'] / (os.cpu_count() or 1):.0%} of {os.cpu_count()} cores), "
+            f"{r['copier']}: {split}"
         )
     ours = results[0]
     checks = [

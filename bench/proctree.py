@@ -80,3 +80,72 @@ class PeakRSS:
         self._stop.set()
         self._t.join()
         self._sample()
+
+
+def _cpu_ticks(pid: int, task: int | None = None) -> int:
+    path = f"/proc/{pid}/task/{task}/stat" if task else f"/proc/{pid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _kind(pid: int) -> str:
+    cmd = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    if "java" in cmd.split(" ", 1)[0]:
+        return "JVM"
+    if "pyspark.daemon pyspark.worker" in cmd:
+        return "Python task workers"
+    if "pyspark" in cmd:
+        return "Python planner workers"
+    if "nats-server" in cmd:
+        return "nats-servers"
+    return "driver (Python)"
+
+
+def _jvm_threads(pid: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            name = (task / "comm").read_text().strip()
+            kind = "JIT compiler" if "Compiler" in name else "GC" if "GC" in name else "other"
+            out[kind] = out.get(kind, 0) + _cpu_ticks(pid, int(task.name))
+    return out
+
+
+class CpuSplit:
+    """CPU seconds spent, between `start()` and `stop()`, by each kind of process in a tree
+    (plus any extra pids, e.g. the nats-servers), and by the JVM's JIT compiler threads."""
+
+    def __init__(self, root: int, extra: list[int] | None = None) -> None:
+        self.root, self.extra = root, extra or []
+        self._a: dict[tuple[str, str], int] = {}
+        self.seconds: dict[str, float] = {}
+
+    def _snapshot(self) -> dict[tuple[str, str], int]:
+        kids = _children()
+        pids, todo = list(self.extra), [self.root]
+        while todo:
+            pid = todo.pop()
+            pids.append(pid)
+            todo.extend(kids.get(pid, []))
+        snap: dict[tuple[str, str], int] = {}
+        for pid in pids:
+            with contextlib.suppress(OSError, ValueError):
+                snap[(str(pid), "")] = _cpu_ticks(pid)
+                if _kind(pid) == "JVM":
+                    for kind, ticks in _jvm_threads(pid).items():
+                        snap[(str(pid), kind)] = ticks
+        return snap
+
+    def start(self) -> None:
+        self._a = self._snapshot()
+
+    def stop(self) -> dict[str, float]:
+        b, hz = self._snapshot(), os.sysconf("SC_CLK_TCK")
+        kinds: dict[str, float] = {}
+        for (pid, thread), ticks in b.items():
+            used = (ticks - self._a.get((pid, thread), 0)) / hz
+            with contextlib.suppress(OSError):
+                kind = _kind(int(pid)) if not thread else f"JVM: {thread}"
+                kinds[kind] = kinds.get(kind, 0.0) + used
+        self.seconds = {k: round(v, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}
+        return self.seconds
