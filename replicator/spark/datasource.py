@@ -12,7 +12,7 @@ source order.
 
 Options: url (required), stream (required), filter_subject, start_sequence, start_time
 (RFC3339), start_at_end, max_messages_per_batch (admission control; default 10000),
-first_batch_messages (batches start this small and double while backlogged; default 2000),
+first_batch_messages (batches start this small and double with every full batch; default 2000),
 parallelism (ranges per batch; default 2), min_partition_messages (default 2000),
 tls_ca/tls_cert/tls_key.
 
@@ -97,9 +97,10 @@ class ClockRows(InputPartition):
 
 
 class BatchRamp:
-    """Batch sizes that start at `first` and double while backlogged, up to `cap`: the first copy
-    (and the first after an idle spell) does not wait for a full-size batch, and a backlog is
-    still read in batches large enough to amortise each batch's fixed cost."""
+    """Batch sizes that start at `first` and double with every full batch, up to `cap`, and stay
+    there: the first copy after a start does not wait for a full-size batch. They never shrink
+    again: a sampled stream pays a fixed state rewrite per batch, and resetting to small batches
+    whenever the reader caught up let a live fleet's lag grow (steady-100k: max lag 634,025)."""
 
     def __init__(self, first: int, cap: int) -> None:
         self.first = max(1, min(first, cap))
@@ -110,8 +111,8 @@ class BatchRamp:
         """End (exclusive) of the next batch starting at `begin` when the stream ends before
         `available_end` and the caller allows `limit` rows."""
         size = max(1, min(self.size, limit))
-        backlogged = available_end - begin > size
-        self.size = min(self.size * 2, self.cap) if backlogged else self.first
+        if available_end - begin > size:
+            self.size = min(self.size * 2, self.cap)
         return min(available_end, begin + size)
 
 

@@ -6,7 +6,7 @@ from replicator.runner import _first_line
 from replicator.spark.datasource import BatchRamp
 
 
-def test_batches_start_small_double_while_backlogged_and_reset_when_caught_up() -> None:
+def test_batches_start_small_and_double_with_every_full_batch_up_to_the_cap() -> None:
     ramp = BatchRamp(first=2000, cap=10_000)
     begin, ends = 1, []
     for _ in range(5):
@@ -15,7 +15,8 @@ def test_batches_start_small_double_while_backlogged_and_reset_when_caught_up() 
         begin = end
     assert ends == [2000, 4000, 8000, 10_000, 10_000]
     assert ramp.end(begin, begin + 300, 10_000) == begin + 300  # caught up: what there is
-    assert ramp.end(begin + 300, begin + 100_000, 10_000) == begin + 300 + 2000  # small again
+    # ...and a later backlog is read at full size at once (no shrinking, see BatchRamp).
+    assert ramp.end(begin + 300, begin + 100_000, 10_000) == begin + 300 + 10_000
 
 
 def test_spark_read_limit_and_cap_bound_every_batch() -> None:
