@@ -168,6 +168,9 @@ class StreamReplication:
         elif s.start_sequence:
             opts["start_sequence"] = str(s.start_sequence)
         if s.sampling:
+            # Full-size batches from the start: a sampled batch pays a fixed state rewrite, and
+            # its first batch is slow anyway (the stateful operator's start).
+            opts["first_batch_messages"] = str(s.batch_max_messages)
             opts.update(self.extractor().options())
             opts["sampling"] = "true"
             opts["sampling_buckets"] = str(s.sampling_buckets)

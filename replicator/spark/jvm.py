@@ -2,7 +2,7 @@
 
 Measured with `make bench` on 2 cores: the JIT's C2 compiler threads took more CPU than the
 copy itself during the first minutes (4.1 of 7.3 CPU-s for 100,000 messages), so a copy-only
-driver runs C1 only (`-XX:TieredStopAtLevel=1`); every driver uses the serial collector. Loading Spark's ~20,000
+driver runs C1 only (`-XX:TieredStopAtLevel=1`) with the serial collector. Loading Spark's ~20,000
 classes costs seconds at every start; a dynamic CDS archive of them (`stream-replicator
 jvm-archive`, run by `make install`) cut session start from ~9 s to ~6 s and the first job from
 ~2.7 s to ~1.4 s.
@@ -64,8 +64,8 @@ def partial_path(archive: Path) -> Path:
     return archive.with_name(f"{archive.name}.{os.getpid()}.partial")
 
 
-def driver_java_options(create_archive: bool = False, c1_only: bool = True) -> str:
-    opts = ([C1_ONLY] if c1_only else []) + DRIVER_JAVA_OPTIONS
+def driver_java_options(create_archive: bool = False, light: bool = True) -> str:
+    opts = list(LIGHT_JVM_OPTIONS) if light else []
     archive = archive_path()
     if archive is not None and create_archive:
         archive.parent.mkdir(parents=True, exist_ok=True)

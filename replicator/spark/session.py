@@ -69,7 +69,7 @@ def build_session(
     user = dict(conf or {})
     # Ours first: the JVM takes the last of repeated flags, so the user's options win.
     java_opts = [
-        driver_java_options(create_class_archive, c1_only=light_jvm),
+        driver_java_options(create_class_archive, light=light_jvm),
         user.pop("spark.driver.extraJavaOptions", ""),
     ]
     merged["spark.driver.extraJavaOptions"] = " ".join(o for o in java_opts if o)

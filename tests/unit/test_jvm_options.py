@@ -17,7 +17,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_without_an_archive_a_copy_job_gets_c1_and_a_sampling_job_the_default_jit(cache: Path) -> None:
     assert jvm.driver_java_options() == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-    assert jvm.driver_java_options(c1_only=False) == "-XX:+UseSerialGC"
+    assert jvm.driver_java_options(light=False) == ""
 
 
 def test_an_archive_in_place_is_used(cache: Path) -> None:
