@@ -23,14 +23,14 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# The serial collector: less CPU and memory for a driver on a small machine.
-DRIVER_JAVA_OPTIONS = ["-XX:+UseSerialGC"]
-# C1 only, for copy-only jobs, where the JVM's own work is light (1.1 of its 7.3 CPU-s) and
-# C2's compiling was the cost. Sampling makes the JVM shuffle and keep state for hours, the
-# steady-state work C2 exists for, so jobs with a sampled stream keep the default tiered JIT
-# (`make bench` could not tell them apart at 1,000,000 senders: 12,868 and 11,220 msg/s with
-# C2, 11,417 and 11,696 with C1 only, all within this machine's run-to-run noise).
-C1_ONLY = "-XX:TieredStopAtLevel=1"
+# For copy-only jobs, where the JVM's own work is light (1.1 of its 7.3 CPU-s) and C2's
+# compiling was the cost: C1 only, and the serial collector. Sampling makes the JVM shuffle and
+# keep state for hours, the steady-state work C2 and the parallel collector exist for, so jobs
+# with a sampled stream keep the JVM's defaults: with serial GC (and batches ramping from 2,000
+# rows), steady-100k's replicator fell ~590,000 messages behind the fleet; it kept up with the
+# defaults the day before. (`make bench` could not tell the JITs apart at 1,000,000 senders:
+# 12,868 and 11,220 msg/s with C2, 11,417 and 11,696 with C1 only, within this machine's noise.)
+LIGHT_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
 # The JVM warns about every class it cannot archive (signed jars): keep stderr readable.
 QUIET_CDS = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 
