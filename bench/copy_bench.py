@@ -215,6 +215,7 @@ def main() -> None:
                 lambda: asyncio.run(
                     trickle_latency(s.url, d.url, "reg.live", "copy.reg.live.>", args.live, 20)
                 ),
+                servers=[srv.proc.pid for srv in (*s.servers, *d.servers) if srv.proc],
             )
 
     def plain_round(r: int) -> dict[str, Any]:
@@ -232,16 +233,17 @@ def main() -> None:
                 lambda: asyncio.run(
                     trickle_latency(s.url, d.url, "reg.live", "copy.reg.live.>", args.live, 20)
                 ),
+                servers=[srv.proc.pid for srv in (*s.servers, *d.servers) if srv.proc],
             )
 
     # 1 and 2, alternated round by round: on a shared, noisy machine a single pair of runs can
     # differ by 2x; the medians of several alternated rounds are what the ratio is taken from.
     rounds: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    for r in range(args.rounds):
-        ours, plain = replicator_round(r), plain_round(r)
+    for i in range(args.rounds):
+        ours, plain = replicator_round(i), plain_round(i)
         rounds.append((ours, plain))
         print(
-            f"round {r + 1}/{args.rounds}: stream-replicator {ours['msgs_per_s']:,.0f} msg/s, "
+            f"round {i + 1}/{args.rounds}: stream-replicator {ours['msgs_per_s']:,.0f} msg/s, "
             f"plain copier {plain['msgs_per_s']:,.0f} msg/s ({ours['msgs_per_s'] / plain['msgs_per_s']:.2f}x)",
             flush=True,
         )
