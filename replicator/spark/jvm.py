@@ -26,10 +26,9 @@ log = logging.getLogger(__name__)
 # For copy-only jobs, where the JVM's own work is light (1.1 of its 7.3 CPU-s) and C2's
 # compiling was the cost: C1 only, and the serial collector. Sampling makes the JVM shuffle and
 # keep state for hours, the steady-state work C2 and the parallel collector exist for, so jobs
-# with a sampled stream keep the JVM's defaults: with serial GC (and batches ramping from 2,000
-# rows), steady-100k's replicator fell ~590,000 messages behind the fleet; it kept up with the
-# defaults the day before. (`make bench` could not tell the JITs apart at 1,000,000 senders:
-# 12,868 and 11,220 msg/s with C2, 11,417 and 11,696 with C1 only, within this machine's noise.)
+# with a sampled stream keep the JVM's defaults. Not shown by a measurement either way:
+# `make bench` at 1,000,000 senders gave 12,868 and 11,220 msg/s with C2, 11,417 and 11,696
+# with C1 only, and steady-100k fell behind its compressed fleet with both settings.
 LIGHT_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
 # The JVM warns about every class it cannot archive (signed jars): keep stderr readable.
 QUIET_CDS = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
