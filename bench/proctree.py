@@ -51,10 +51,6 @@ def tree_memory(root: int) -> tuple[int, int]:
     return rss, pss
 
 
-def tree_rss_bytes(root: int) -> int:
-    return tree_memory(root)[0]
-
-
 class PeakRSS:
     """Peak summed RSS (`peak`) and peak summed PSS (`peak_pss`) while in the block."""
 
