@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -104,15 +106,22 @@ def test_a_server_restart_mid_run_loses_nothing_and_keeps_the_schedule(tmp_path:
         )  # fmt: skip
         import time
 
-        # Stop the server while publishes are in flight: once the emulator (whose start-up time
-        # varies with the machine's load) has stored a first few thousand messages.
+        # Crash the server with publishes certainly in flight: once the emulator (whose start-up
+        # time varies with the machine's load) has stored a first few thousand messages, freeze the
+        # server for a second (the emulator keeps sending; nothing is read or acked), then kill it.
+        # What it never read is lost with it and must be republished from the emulator's side.
         deadline = time.monotonic() + 60
         while run(count_messages(c.url, "REGISTRATION")) < 2000:
             assert proc.poll() is None and time.monotonic() < deadline, "the emulator never got going"
             time.sleep(0.1)
         server = c.servers[0]
-        server.stop()
-        time.sleep(1.5)
+        assert server.proc is not None
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        time.sleep(1.0)
+        server.proc.kill()  # SIGKILL ends a stopped process too
+        server.proc.wait(10)
+        server.proc = None
+        time.sleep(0.5)
         server.start()
         _, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err[-3000:]
