@@ -19,6 +19,8 @@ from nats.js.api import ConsumerConfig, StreamConfig, StreamInfo
 from nats.js.errors import APIError, NotFoundError
 
 from replicator.headers import DIRECT_GET_HEADERS, SOURCE_HEADER, parse_source_header
+from replicator.nats.connect import FastHeaderClient
+from replicator.nats.direct_reply import is_status, parse_direct_reply
 from replicator.nats.timestamps import rfc3339_to_ns
 from replicator.subjects import rewrite_subject
 
@@ -222,11 +224,23 @@ class DirectReader:
         done: asyncio.Future[None] = loop.create_future()
         out: list[RawMessage] = []
 
+        def on_raw(_subject: bytes, data: bytes, raw: bytes | None) -> None:
+            if done.done():
+                return
+            if is_status(raw):
+                # 204 ends the batch, 404 means nothing at or after seq: either way, done.
+                done.set_result(None)
+                return
+            try:
+                r = parse_direct_reply(raw or b"")
+            except ValueError as e:
+                done.set_exception(e)
+                return
+            out.append(RawMessage(r.seq, r.subject, r.ts_ns, r.headers, data))
+
         async def on_msg(m: Msg) -> None:
             h = m.headers or {}
-            status = h.get("Status")
-            if status:
-                # 204 ends the batch, 404 means nothing at or after seq: either way, done.
+            if h.get("Status"):
                 if not done.done():
                     done.set_result(None)
                 return
@@ -240,12 +254,19 @@ class DirectReader:
                 )
             )
 
-        sub = await self.nc.subscribe(inbox, cb=on_msg)
+        raw_client = isinstance(self.nc, FastHeaderClient)
+        if raw_client:
+            sub = await self.nc.raw_subscribe(inbox, on_raw)  # type: ignore[attr-defined]
+        else:  # a plain nats-py client (checks and tools): the same through nats-py's Msg
+            sub = await self.nc.subscribe(inbox, cb=on_msg)
         try:
             await self.nc.publish(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(req).encode(), reply=inbox)
             await asyncio.wait_for(done, timeout=30)
         finally:
-            await sub.unsubscribe()
+            if raw_client:
+                await self.nc.raw_unsubscribe(sub)  # type: ignore[attr-defined]
+            else:
+                await sub.unsubscribe()
         return out
 
     async def _leader_get(self, seq: int) -> RawMessage | None:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from replicator.nats.connect import FastHeaderClient
+
 
 class PublishError(RuntimeError):
     pass
@@ -44,11 +46,10 @@ class _Batch:
         self.room.set()
         self.all_acked = asyncio.Event()
 
-    def on_ack(self, index: int, m: Msg) -> None:
-        data = m.data
+    def on_ack(self, index: int, data: bytes, status: str | None) -> None:
         o = self.outcome
-        if m.headers and m.headers.get("Status"):  # 503: no stream listens on the subject
-            o.failures.append((index, f"no stream stored it (status {m.headers.get('Status')})"))
+        if status:  # 503: no stream listens on the subject
+            o.failures.append((index, f"no stream stored it (status {status})"))
         elif b'"error"' in data:
             try:
                 err = json.loads(data)["error"]
@@ -84,15 +85,25 @@ class PipelinedPublisher:
         self._inbox = self.nc.new_inbox()
         cut = len(self._inbox) + 1
 
-        async def on_reply(m: Msg) -> None:
+        def on_ack(subject: str, data: bytes, status: str | None) -> None:
             batch = self._batch
-            generation, _, index = m.subject[cut:].partition(".")
+            generation, _, index = subject[cut:].partition(".")
             if batch is not None and generation == batch.generation and int(index) < batch.sent:
-                batch.on_ack(int(index), m)
+                batch.on_ack(int(index), data, status)
 
-        await self.nc.subscribe(
-            f"{self._inbox}.*.*", cb=on_reply, pending_msgs_limit=0, pending_bytes_limit=0
-        )
+        def on_raw(subject: bytes, data: bytes, raw_headers: bytes | None) -> None:
+            # A status reply's header block starts `NATS/1.0 503`; an ack has no headers.
+            status = raw_headers[9:12].decode() if raw_headers and raw_headers[8:9] == b" " else None
+            on_ack(subject.decode(), data, status)
+
+        async def on_msg(m: Msg) -> None:
+            on_ack(m.subject, m.data, (m.headers or {}).get("Status"))
+
+        subject = f"{self._inbox}.*.*"
+        if isinstance(self.nc, FastHeaderClient):
+            await self.nc.raw_subscribe(subject, on_raw)
+        else:
+            await self.nc.subscribe(subject, cb=on_msg, pending_msgs_limit=0, pending_bytes_limit=0)
 
     async def publish(
         self, messages: Iterable[tuple[str, bytes, dict[str, str]]], timeout: float

@@ -1,0 +1,65 @@
+"""The wire-level direct-get reply parser gives what nats-py's own parsing gives."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replicator.nats.connect import FastHeaderClient
+from replicator.nats.direct_reply import is_status, parse_direct_reply
+from replicator.nats.jetstream import _clean_headers
+from replicator.nats.timestamps import rfc3339_to_ns
+
+STAMP = "2026-11-23T04:10:01.12345678Z"
+
+
+def server_reply(own: bytes, seq: int = 42, subject: str = "a.b.c", stamp: str = STAMP) -> bytes:
+    return (
+        b"NATS/1.0\r\n"
+        + own
+        + f"Nats-Stream: S\r\nNats-Subject: {subject}\r\nNats-Sequence: {seq}\r\n"
+        f"Nats-Time-Stamp: {stamp}\r\n\r\n".encode()
+    )
+
+
+def via_nats_py(raw: bytes) -> tuple[int, str, int, dict[str, str] | None]:
+    h = asyncio.run(FastHeaderClient()._process_headers(raw))
+    assert h is not None
+    return int(h["Nats-Sequence"]), h["Nats-Subject"], rfc3339_to_ns(h["Nats-Time-Stamp"]), _clean_headers(h)
+
+
+@given(
+    st.dictionaries(
+        st.from_regex(r"[A-Za-z][A-Za-z0-9\-_.]{0,20}", fullmatch=True),
+        st.text(max_size=30).filter(lambda v: "\r" not in v and "\n" not in v),
+        max_size=6,
+    ),
+    st.integers(1, 2**63 - 1),
+)
+def test_parse_equals_nats_py(own: dict[str, str], seq: int) -> None:
+    raw = server_reply(b"".join(f"{k}: {v}\r\n".encode() for k, v in own.items()), seq=seq)
+    r = parse_direct_reply(raw)
+    assert (r.seq, r.subject, r.ts_ns, r.headers) == via_nats_py(raw)
+
+
+def test_odd_header_lines_are_treated_as_nats_py_treats_them() -> None:
+    own = b"Bad Name: x\r\n\x1cX: y\r\nNoColon\r\n  Padded  :  v  \r\nK: 1\r\nK: 2\r\nNats-Msg-Id: id:7\r\n"
+    raw = server_reply(own)
+    r = parse_direct_reply(raw)
+    assert r.headers == {"Padded": "v", "K": "2", "Nats-Msg-Id": "id:7"}
+    assert (r.seq, r.subject, r.ts_ns, r.headers) == via_nats_py(raw)
+
+
+def test_status_replies_end_a_batch() -> None:
+    assert is_status(b"NATS/1.0 204 EOB\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 9\r\n\r\n")
+    assert is_status(b"NATS/1.0 404 Message Not Found\r\n\r\n")
+    assert is_status(None)
+    assert not is_status(server_reply(b""))
+
+
+def test_a_reply_without_the_servers_headers_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="without Nats-Sequence"):
+        parse_direct_reply(b"NATS/1.0\r\nNats-Subject: a\r\n\r\n")
