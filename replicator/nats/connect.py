@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import re
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from nats.aio.client import Client
+from nats import errors
+from nats.aio.client import _HEADER_KEY_RE, _HEADER_VALUE_NEWLINES, _SUBJECT_INVALID_RE, Client
 from nats.aio.subscription import Subscription
 
 from replicator.config import TLSConfig
@@ -18,6 +19,20 @@ log = logging.getLogger(__name__)
 
 
 _NAME_SPACE = re.compile(rb"[\s\x1c-\x1f]")  # exactly the ASCII chars str.isspace() accepts
+
+
+def encode_headers(headers: Iterable[tuple[str, str]]) -> bytes:
+    """The `Name: value` lines of a header block, encoded by nats-py's rules (blank names
+    skipped, names checked, values stripped and their line breaks made spaces)."""
+    out = bytearray()
+    for k, v in headers:
+        key = k.strip()
+        if not key:
+            continue
+        if not _HEADER_KEY_RE.fullmatch(key):
+            raise errors.BadHeaderError(key)
+        out += b"%s: %s\r\n" % (key.encode(), v.strip().translate(_HEADER_VALUE_NEWLINES).encode())
+    return bytes(out)
 
 
 # Called with (subject, data, raw header block or None) of each message of a raw subscription.
@@ -48,6 +63,38 @@ class FastHeaderClient(Client):
     async def raw_unsubscribe(self, sub: Subscription) -> None:
         self._raw_handlers.pop(sub._id, None)
         await sub.unsubscribe()
+
+    async def publish_encoded(self, subject: str, reply: str, header_lines: bytes, payload: bytes) -> None:
+        """`publish` with the header lines already encoded (`encode_headers`, or trusted bytes
+        of that form): the sink publishes thousands of messages whose headers differ only in
+        two values, and nats-py's per-message header encoding was ~16 % of its time."""
+        if not subject or _SUBJECT_INVALID_RE.search(subject) or _SUBJECT_INVALID_RE.search(reply):
+            raise errors.BadSubjectError
+        if self.is_closed:
+            raise errors.ConnectionClosedError
+        if self.is_draining_pubs:
+            raise errors.ConnectionDrainingError
+        size = len(payload)
+        if not self.is_connected and (
+            self._max_pending_size <= 0 or size + self._pending_data_size > self._max_pending_size
+        ):
+            raise errors.OutboundBufferLimitError
+        if size > self._max_payload:
+            raise errors.MaxPayloadError
+        hlen = len(header_lines) + 12  # "NATS/1.0\r\n" ... "\r\n"
+        cmd = b"HPUB %s %s %d %d\r\nNATS/1.0\r\n%s\r\n%s\r\n" % (
+            subject.encode(),
+            reply.encode(),
+            hlen,
+            hlen + size,
+            header_lines,
+            payload,
+        )
+        self.stats["out_msgs"] += 1
+        self.stats["out_bytes"] += size
+        await self._send_command(cmd)
+        if self._flush_queue is not None and self._flush_queue.empty():
+            await self._flush_pending()
 
     async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None

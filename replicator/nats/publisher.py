@@ -106,16 +106,18 @@ class PipelinedPublisher:
             await self.nc.subscribe(subject, cb=on_msg, pending_msgs_limit=0, pending_bytes_limit=0)
 
     async def publish(
-        self, messages: Iterable[tuple[str, bytes, dict[str, str]]], timeout: float
+        self, messages: Iterable[tuple[str, bytes, dict[str, str] | bytes]], timeout: float
     ) -> PublishOutcome:
         """Publish (subject, data, headers) in order; returns once every one is acknowledged.
-        Raises PublishError if not all were acknowledged within `timeout` seconds."""
+        Headers are a dict, or header lines already encoded (`encode_headers`; the replicator's
+        own client only). Raises PublishError if not all were acknowledged within `timeout`."""
         await self._ensure_subscribed()
         self._generation += 1
         batch = _Batch(self.stream, self.max_pending, str(self._generation))
         self._batch = batch
         prefix = f"{self._inbox}.{batch.generation}."
         publish = self.nc.publish
+        publish_encoded = getattr(self.nc, "publish_encoded", None)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:
@@ -126,7 +128,12 @@ class PipelinedPublisher:
                 # Counted before the await: its ack may be handled while publish() yields.
                 index = batch.sent
                 batch.sent += 1
-                await publish(subject, data, reply=prefix + str(index), headers=headers)
+                if isinstance(headers, bytes):
+                    if publish_encoded is None:
+                        raise TypeError("encoded headers need the replicator's client (open_connection)")
+                    await publish_encoded(subject, prefix + str(index), headers, data)
+                else:
+                    await publish(subject, data, reply=prefix + str(index), headers=headers)
             batch.outcome.published = batch.sent
             batch.all_sent = True
             if batch.acked < batch.sent:

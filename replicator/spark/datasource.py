@@ -13,7 +13,7 @@ source order.
 Options: url (required), stream (required), filter_subject, start_sequence, start_time
 (RFC3339), start_at_end, max_messages_per_batch (admission control; default 10000),
 first_batch_messages (batches start this small and double with every full batch; default 2000),
-parallelism (ranges per batch; default 2), min_partition_messages (default 2000),
+parallelism (ranges per batch; default 2), min_partition_messages (default 1000: the first 2,000-row batch already starts both read workers),
 tls_ca/tls_cert/tls_key.
 
 Sampling mode (`sampling=true`, with inspect_field / inspect_header / inspect_subject_token,
@@ -221,7 +221,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
             raise ValueError("nats-jetstream: max_messages_per_batch must be at least 1")
         self.ramp = BatchRamp(int(options.get("first_batch_messages", "2000")), self.max_per_batch)
         self.parallelism = max(1, int(options.get("parallelism", "2")))
-        self.min_partition = max(1, int(options.get("min_partition_messages", "2000")))
+        self.min_partition = max(1, int(options.get("min_partition_messages", "1000")))
         self.chunk = max(1, int(options.get("read_chunk", "5000")))
         self.tls = _tls(options)
         self.sampling = _bool(options.get("sampling"))

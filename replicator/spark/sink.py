@@ -25,7 +25,7 @@ from replicator.aio import LoopThread
 from replicator.config import TLSConfig
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, format_source_header, message_id
 from replicator.metrics import MetricLabels, metrics
-from replicator.nats.connect import open_connection
+from replicator.nats.connect import encode_headers, open_connection
 from replicator.nats.publisher import PipelinedPublisher, PublishError, PublishOutcome
 from replicator.spark.inflight import InflightRecord
 from replicator.subjects import rewrite_subject
@@ -229,12 +229,23 @@ class OrderedSink:
         headers = table.column("headers").to_pylist()
         datas = table.column("data").to_pylist()
 
-        def messages() -> Iterator[tuple[str, bytes, dict[str, str]]]:
+        ours = (SOURCE_HEADER, MSG_ID_HEADER)
+        # The copy's header lines: the source message's own (but ours), then ours, which
+        # replace any the source message carried.
+        line = b"%s%s: %s\r\n%s: %s\r\n"
+        src_name, id_name = SOURCE_HEADER.encode(), MSG_ID_HEADER.encode()
+
+        def messages() -> Iterator[tuple[str, bytes, bytes]]:
             for subject, seq, ts, hdr, data in zip(subjects, seqs, ts_ms, headers, datas, strict=True):
-                h = dict(hdr) if hdr else {}
-                h[SOURCE_HEADER] = format_source_header(source, seq, replicator, config_name, ts)
-                h[MSG_ID_HEADER] = message_id(identity, seq)
-                yield rewrite_subject(subject, prefix, remove), data, h
+                own = encode_headers((k, v) for k, v in hdr if k not in ours) if hdr else b""
+                lines = line % (
+                    own,
+                    src_name,
+                    format_source_header(source, seq, replicator, config_name, ts).encode(),
+                    id_name,
+                    message_id(identity, seq).encode(),
+                )
+                yield rewrite_subject(subject, prefix, remove), data, lines
 
         outcome = await self._publisher.publish(messages(), s.ack_timeout + table.num_rows / 1000)
         if outcome.failures:

@@ -1,14 +1,19 @@
-"""The wire-level direct-get reply parser gives what nats-py's own parsing gives."""
+"""The wire-level shortcuts (direct-get reply parsing, pre-encoded header publishing) give
+exactly what nats-py's own code gives."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from nats.aio.client import Client
+from nats.errors import BadHeaderError, BadSubjectError
 
-from replicator.nats.connect import FastHeaderClient
+from replicator.nats.connect import FastHeaderClient, encode_headers
 from replicator.nats.direct_reply import is_status, parse_direct_reply
 from replicator.nats.jetstream import _clean_headers
 from replicator.nats.timestamps import rfc3339_to_ns
@@ -63,3 +68,42 @@ def test_status_replies_end_a_batch() -> None:
 def test_a_reply_without_the_servers_headers_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="without Nats-Sequence"):
         parse_direct_reply(b"NATS/1.0\r\nNats-Subject: a\r\n\r\n")
+
+
+def _captured_command(client: Any, publish: Callable[[Any], Awaitable[None]]) -> bytes:
+    """The wire command a publish queues (no server: the client is put into a connected state
+    and its send queue captured)."""
+    sent: list[bytes] = []
+
+    async def capture(cmd: bytes, priority: bool = False) -> None:
+        sent.append(cmd)
+
+    client._send_command = capture
+    client._flush_queue = None
+    client._status = client.CONNECTED
+    client._max_payload = 1 << 20
+    asyncio.run(publish(client))
+    [cmd] = sent
+    return cmd
+
+
+@given(
+    st.dictionaries(
+        st.from_regex(r"[A-Za-z][A-Za-z0-9\-_.]{0,20}", fullmatch=True) | st.just(" Padded "),
+        st.text(max_size=30),
+        max_size=6,
+    ),
+    st.binary(max_size=50),
+)
+def test_encoded_headers_publish_exactly_what_nats_py_publishes(headers: dict[str, str], data: bytes) -> None:
+    want = _captured_command(Client(), lambda c: c.publish("a.b", data, reply="_INBOX.x", headers=headers))
+    lines = encode_headers(headers.items())
+    got = _captured_command(FastHeaderClient(), lambda c: c.publish_encoded("a.b", "_INBOX.x", lines, data))
+    assert got == want
+
+
+def test_bad_header_names_and_subjects_are_refused_as_nats_py_refuses_them() -> None:
+    with pytest.raises(BadHeaderError):
+        encode_headers([("a(b", "x")])
+    with pytest.raises(BadSubjectError):
+        asyncio.run(FastHeaderClient().publish_encoded("a b", "", b"", b""))
