@@ -199,10 +199,7 @@ class StreamReplication:
                 read_range(self._source_nc, self.s.stream, self.s.filter_subject, first, left.last_seq + 1)
             )
             for chunk in chunks:
-                result = self.sink.publish_table(
-                    pa.Table.from_batches([to_record_batch(self.s.stream, chunk)])
-                )
-                self.sink._account(result)
+                self.sink.republish(pa.Table.from_batches([to_record_batch(self.s.stream, chunk)]))
         self.sink.floor = max(self.sink.floor, left.last_seq)
         record.clear()
 

@@ -313,13 +313,20 @@ class DirectReader:
 
 
 async def read_range(
-    nc: Client, stream: str, filter_subject: str, start: int, end: int
+    nc: Client,
+    stream: str,
+    filter_subject: str,
+    start: int,
+    end: int,
+    direct: bool | None = None,
+    chunk: int = 5000,
 ) -> list[list[RawMessage]]:
     """Messages with start <= seq < end (matching filter_subject), in order, in chunks: by direct
-    get when the stream allows it, else with a consumer."""
-    info = await stream_info(nc, stream)
-    direct = bool(info and info.config.allow_direct)
-    reader = (DirectReader if direct else ConsumerReader)(nc, stream, filter_subject, 5000)
+    get when the stream allows it (`direct`; None: ask the stream), else with a consumer."""
+    if direct is None:
+        info = await stream_info(nc, stream)
+        direct = bool(info and info.config.allow_direct)
+    reader = (DirectReader if direct else ConsumerReader)(nc, stream, filter_subject, chunk)
     return await reader.read(start, end)
 
 

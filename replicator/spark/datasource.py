@@ -13,8 +13,8 @@ source order.
 Options: url (required), stream (required), filter_subject, start_sequence, start_time
 (RFC3339), start_at_end, max_messages_per_batch (admission control; default 10000),
 first_batch_messages (batches start this small and double with every full batch; default 2000),
-parallelism (ranges per batch; default 2), min_partition_messages (default 1000: the first 2,000-row batch already starts both read workers),
-tls_ca/tls_cert/tls_key.
+parallelism (ranges per batch; default 2), min_partition_messages (default 1000, so the first
+2,000-row batch already starts both read workers), tls_ca/tls_cert/tls_key.
 
 Sampling mode (`sampling=true`, with inspect_field / inspect_header / inspect_subject_token,
 inspect_force_field, sampling_buckets): rows also carry `sender`, `force`, `bucket` (a hash of
@@ -356,18 +356,20 @@ class NatsJetStreamReader(DataSourceStreamReader):
         import asyncio
 
         from replicator.nats.connect import open_connection
-        from replicator.nats.jetstream import ConsumerReader, DirectReader, stream_info
+        from replicator.nats.jetstream import read_range
 
         async def fetch() -> list[list[Any]]:
             nc = await open_connection(self.url, self.tls, name=f"sr-reader-{self.stream}")
             try:
-                direct = self._direct
-                if direct is None:
-                    info = await stream_info(nc, self.stream)
-                    direct = bool(info and info.config.allow_direct)
-                reader_cls = DirectReader if direct else ConsumerReader
-                reader = reader_cls(nc, self.stream, self.filter_subject, self.chunk)
-                return await reader.read(partition.start, partition.end)
+                return await read_range(
+                    nc,
+                    self.stream,
+                    self.filter_subject,
+                    partition.start,
+                    partition.end,
+                    self._direct,
+                    self.chunk,
+                )
             finally:
                 await nc.close()
 

@@ -164,6 +164,13 @@ class OrderedSink:
         self.floor = max(self.floor, r.last_seq)
         return r
 
+    def republish(self, table: pa.Table) -> BatchResult:
+        """Publish rows read again from the source (what an earlier run left in flight), and
+        count them like any batch."""
+        result = self.publish_table(table)
+        self._account(result)
+        return result
+
     def select(
         self,
         table: pa.Table,
