@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import ssl
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -13,12 +12,10 @@ from nats.aio.client import _HEADER_KEY_RE, _HEADER_VALUE_NEWLINES, _SUBJECT_INV
 from nats.aio.subscription import Subscription
 
 from replicator.config import TLSConfig
+from replicator.nats.direct_reply import HEADER_NAME_BLANK
 from replicator.nats.urls import NatsURL, parse_nats_url
 
 log = logging.getLogger(__name__)
-
-
-_NAME_SPACE = re.compile(rb"[\s\x1c-\x1f]")  # exactly the ASCII chars str.isspace() accepts
 
 
 def encode_headers(headers: Iterable[tuple[str, str]]) -> bytes:
@@ -115,7 +112,7 @@ class FastHeaderClient(Client):
             if not sep:
                 continue
             name = name.strip()
-            if _NAME_SPACE.search(name):
+            if HEADER_NAME_BLANK.search(name):
                 continue
             try:
                 key = name.decode("ascii")

@@ -16,7 +16,9 @@ from replicator.headers import DIRECT_GET_HEADERS
 from replicator.nats.timestamps import rfc3339_to_ns
 
 _SERVER_HEADERS = frozenset(h.encode() for h in DIRECT_GET_HEADERS)
-_NAME_SPACE = re.compile(rb"[\s\x1c-\x1f]")  # the ASCII chars str.isspace() accepts
+# A header name holding one of these is skipped, as nats-py does (the ASCII chars str.isspace()
+# accepts); connect.FastHeaderClient uses it too.
+HEADER_NAME_BLANK = re.compile(rb"[\s\x1c-\x1f]")
 
 
 @dataclass(slots=True)
@@ -53,7 +55,7 @@ def parse_direct_reply(raw: bytes) -> DirectReply:
             subject = value.strip().decode()
         elif name == b"Nats-Time-Stamp":
             stamp = value.strip().decode()
-        elif name in _SERVER_HEADERS or _NAME_SPACE.search(name):
+        elif name in _SERVER_HEADERS or HEADER_NAME_BLANK.search(name):
             continue
         else:
             try:
