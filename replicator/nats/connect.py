@@ -161,7 +161,7 @@ def connect_options(url: str | NatsURL, tls: TLSConfig | None = None, name: str 
 
 async def open_connection(
     url: str | NatsURL, tls: TLSConfig | None = None, name: str = "", **overrides: Any
-) -> Client:
+) -> FastHeaderClient:
     """Connect with a bounded first attempt: a wrong URL fails fast with a clear error."""
     opts = connect_options(url, tls, name)
     opts.update(overrides)

@@ -10,7 +10,6 @@ needs in one pass. tests/unit/test_direct_reply.py checks it against nats-py's o
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from replicator.headers import DIRECT_GET_HEADERS
 from replicator.nats.timestamps import rfc3339_to_ns
@@ -21,22 +20,14 @@ _SERVER_HEADERS = frozenset(h.encode() for h in DIRECT_GET_HEADERS)
 HEADER_NAME_BLANK = re.compile(rb"[\s\x1c-\x1f]")
 
 
-@dataclass(slots=True)
-class DirectReply:
-    seq: int
-    subject: str
-    ts_ns: int
-    headers: dict[str, str] | None  # the stored message's own headers
-
-
 def is_status(raw: bytes | None) -> bool:
     """A status reply (`NATS/1.0 204 EOB`, `NATS/1.0 404 ...`) ends a batch; so does a reply
     without headers, which a direct get never sends for a stored message."""
     return not raw or raw[8:9] == b" "
 
 
-def parse_direct_reply(raw: bytes) -> DirectReply:
-    """The stored message's sequence, subject, time and own headers from a direct-get reply's
+def parse_direct_reply(raw: bytes) -> tuple[int, str, int, dict[str, str] | None]:
+    """(sequence, subject, time in ns, own headers) of the stored message, from a direct-get reply's
     header block (`NATS/1.0\r\nName: value\r\n...\r\n\r\n`). Raises ValueError when one of
     the server's headers is missing or malformed."""
     seq = -1
@@ -67,4 +58,4 @@ def parse_direct_reply(raw: bytes) -> DirectReply:
         raise ValueError(
             f"direct-get reply without Nats-Sequence/Nats-Subject/Nats-Time-Stamp: {raw[:200]!r}"
         )
-    return DirectReply(seq, subject, rfc3339_to_ns(stamp), own or None)
+    return seq, subject, rfc3339_to_ns(stamp), own or None

@@ -232,11 +232,11 @@ class DirectReader:
                 done.set_result(None)
                 return
             try:
-                r = parse_direct_reply(raw or b"")
+                seq, subject, ts_ns, headers = parse_direct_reply(raw or b"")
             except ValueError as e:
                 done.set_exception(e)
                 return
-            out.append(RawMessage(r.seq, r.subject, r.ts_ns, r.headers, data))
+            out.append(RawMessage(seq, subject, ts_ns, headers, data))
 
         async def on_msg(m: Msg) -> None:
             h = m.headers or {}
@@ -254,17 +254,20 @@ class DirectReader:
                 )
             )
 
-        raw_client = isinstance(self.nc, FastHeaderClient)
-        if raw_client:
-            sub = await self.nc.raw_subscribe(inbox, on_raw)  # type: ignore[attr-defined]
-        else:  # a plain nats-py client (checks and tools): the same through nats-py's Msg
+        # The replicator's own client reads replies raw. A plain nats-py client goes through
+        # nats-py's parsing: read_all, which checks and the scenario runner use, so what they
+        # verify is read independently of the fast path.
+        fast = self.nc if isinstance(self.nc, FastHeaderClient) else None
+        if fast is not None:
+            sub = await fast.raw_subscribe(inbox, on_raw)
+        else:
             sub = await self.nc.subscribe(inbox, cb=on_msg)
         try:
             await self.nc.publish(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(req).encode(), reply=inbox)
             await asyncio.wait_for(done, timeout=30)
         finally:
-            if raw_client:
-                await self.nc.raw_unsubscribe(sub)  # type: ignore[attr-defined]
+            if fast is not None:
+                await fast.raw_unsubscribe(sub)
             else:
                 await sub.unsubscribe()
         return out

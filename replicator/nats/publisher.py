@@ -1,5 +1,6 @@
 """Pipelined JetStream publishing with every ack checked, at a lower cost per message than
-nats-py's `publish_async`.
+nats-py's `publish_async`. It needs the replicator's client (`open_connection`), whose raw
+subscriptions and pre-encoded publishes it uses.
 
 `publish_async` creates a future, a NUID and a `PubAck` dataclass per message and parses each
 ack with `json.loads`; profiled, that was most of the sink's CPU. Here one wildcard reply
@@ -15,10 +16,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-
-from replicator.nats.connect import FastHeaderClient
+from replicator.nats.connect import FastHeaderClient, encode_headers
 
 
 class PublishError(RuntimeError):
@@ -71,7 +69,7 @@ class _Batch:
 class PipelinedPublisher:
     """Publishes batches to one target stream on one connection, in order."""
 
-    def __init__(self, nc: Client, stream: str, max_pending: int = 4000) -> None:
+    def __init__(self, nc: FastHeaderClient, stream: str, max_pending: int = 4000) -> None:
         self.nc = nc
         self.stream = stream
         self.max_pending = max_pending
@@ -85,39 +83,28 @@ class PipelinedPublisher:
         self._inbox = self.nc.new_inbox()
         cut = len(self._inbox) + 1
 
-        def on_ack(subject: str, data: bytes, status: str | None) -> None:
+        def on_ack(subject: bytes, data: bytes, raw_headers: bytes | None) -> None:
             batch = self._batch
-            generation, _, index = subject[cut:].partition(".")
+            generation, _, index = subject.decode()[cut:].partition(".")
             if batch is not None and generation == batch.generation and int(index) < batch.sent:
+                # A status reply's header block starts `NATS/1.0 503`; an ack has no headers.
+                status = raw_headers[9:12].decode() if raw_headers and raw_headers[8:9] == b" " else None
                 batch.on_ack(int(index), data, status)
 
-        def on_raw(subject: bytes, data: bytes, raw_headers: bytes | None) -> None:
-            # A status reply's header block starts `NATS/1.0 503`; an ack has no headers.
-            status = raw_headers[9:12].decode() if raw_headers and raw_headers[8:9] == b" " else None
-            on_ack(subject.decode(), data, status)
-
-        async def on_msg(m: Msg) -> None:
-            on_ack(m.subject, m.data, (m.headers or {}).get("Status"))
-
-        subject = f"{self._inbox}.*.*"
-        if isinstance(self.nc, FastHeaderClient):
-            await self.nc.raw_subscribe(subject, on_raw)
-        else:
-            await self.nc.subscribe(subject, cb=on_msg, pending_msgs_limit=0, pending_bytes_limit=0)
+        await self.nc.raw_subscribe(f"{self._inbox}.*.*", on_ack)
 
     async def publish(
         self, messages: Iterable[tuple[str, bytes, dict[str, str] | bytes]], timeout: float
     ) -> PublishOutcome:
         """Publish (subject, data, headers) in order; returns once every one is acknowledged.
-        Headers are a dict, or header lines already encoded (`encode_headers`; the replicator's
-        own client only). Raises PublishError if not all were acknowledged within `timeout`."""
+        Headers are a dict, or header lines already encoded (`encode_headers`). Raises
+        PublishError if not all were acknowledged within `timeout`."""
         await self._ensure_subscribed()
         self._generation += 1
         batch = _Batch(self.stream, self.max_pending, str(self._generation))
         self._batch = batch
         prefix = f"{self._inbox}.{batch.generation}."
-        publish = self.nc.publish
-        publish_encoded = getattr(self.nc, "publish_encoded", None)
+        publish = self.nc.publish_encoded
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:
@@ -128,12 +115,8 @@ class PipelinedPublisher:
                 # Counted before the await: its ack may be handled while publish() yields.
                 index = batch.sent
                 batch.sent += 1
-                if isinstance(headers, bytes):
-                    if publish_encoded is None:
-                        raise TypeError("encoded headers need the replicator's client (open_connection)")
-                    await publish_encoded(subject, prefix + str(index), headers, data)
-                else:
-                    await publish(subject, data, reply=prefix + str(index), headers=headers)
+                lines = headers if isinstance(headers, bytes) else encode_headers(headers.items())
+                await publish(subject, prefix + str(index), lines, data)
             batch.outcome.published = batch.sent
             batch.all_sent = True
             if batch.acked < batch.sent:

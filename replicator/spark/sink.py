@@ -19,13 +19,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from nats.aio.client import Client
 
 from replicator.aio import LoopThread
 from replicator.config import TLSConfig
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, format_source_header, message_id
 from replicator.metrics import MetricLabels, metrics
-from replicator.nats.connect import encode_headers, open_connection
+from replicator.nats.connect import FastHeaderClient, encode_headers, open_connection
 from replicator.nats.publisher import PipelinedPublisher, PublishError, PublishOutcome
 from replicator.spark.inflight import InflightRecord
 from replicator.subjects import rewrite_subject
@@ -82,13 +81,13 @@ class OrderedSink:
         self._pending: Future[None] | None = None
         # Highest source sequence known to be in the target: never published again.
         self.floor = floor
-        self._nc: Client | None = None
+        self._nc: FastHeaderClient | None = None
         self._publisher: PipelinedPublisher | None = None
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
         self.totals = BatchResult()
         self.last_batch: BatchResult | None = None
 
-    async def _conn(self) -> Client:
+    async def _conn(self) -> FastHeaderClient:
         if self._nc is None or self._nc.is_closed:
             self._nc = await open_connection(
                 self.s.target_url, self.s.tls, name=f"sr-target-{self.s.config_name}"

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import nats
-import pytest
 from helpers import create_stream, run
 from nats_servers import NatsCluster
 
@@ -16,15 +14,10 @@ from replicator.nats.publisher import PipelinedPublisher, PublishOutcome
 
 
 def publish(
-    url: str,
-    stream: str,
-    batches: list[list[tuple[str, bytes, dict[str, str]]]],
-    plain_client: bool = False,
-    **kw: int,
+    url: str, stream: str, batches: list[list[tuple[str, bytes, dict[str, str]]]], **kw: int
 ) -> list[PublishOutcome]:
     async def go() -> list[PublishOutcome]:
-        # The replicator's client reads acks raw off the wire; a plain nats-py client through Msg.
-        nc = await (nats.connect(url) if plain_client else open_connection(url, name="test-publisher"))
+        nc = await open_connection(url, name="test-publisher")
         try:
             p = PipelinedPublisher(nc, stream, **kw)
             return [await p.publish(b, timeout=30) for b in batches]
@@ -58,8 +51,7 @@ def test_duplicates_are_counted_not_stored(nats_server: NatsCluster) -> None:
     assert len(run(read_all(nats_server.url, "T"))) == 11
 
 
-@pytest.mark.parametrize("plain_client", [False, True], ids=["raw-acks", "nats-py-acks"])
-def test_refusals_are_reported_with_their_position(nats_server: NatsCluster, plain_client: bool) -> None:
+def test_refusals_are_reported_with_their_position(nats_server: NatsCluster) -> None:
     run(create_stream(nats_server.url, "T", ["t.>"]))
     run(create_stream(nats_server.url, "OTHER", ["o.>"]))
     batch = [
@@ -68,7 +60,7 @@ def test_refusals_are_reported_with_their_position(nats_server: NatsCluster, pla
         ("o.x", b"3", {}),  # stored, but in another stream
         ("t.bad", b"4", {"Nats-Expected-Stream": "NOPE"}),  # refused by the server
     ]
-    [outcome] = publish(nats_server.url, "T", [batch], plain_client)
+    [outcome] = publish(nats_server.url, "T", [batch])
     reasons = dict(outcome.failures)
     assert sorted(reasons) == [1, 2, 3]
     assert "503" in reasons[1]
