@@ -37,20 +37,27 @@ def _pss_bytes(pid: int) -> int:
     return 0
 
 
+def _tree_pids(root: int) -> list[int]:
+    """`root` and its descendants."""
+    kids = _children()
+    pids, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(kids.get(pid, []))
+    return pids
+
+
 def tree_memory(root: int, with_pss: bool = True) -> tuple[int, int]:
     """(sum of RSS, sum of PSS) in bytes over `root` and its descendants (PSS 0 unless
     `with_pss`: reading smaps_rollup costs ~33 ms of CPU for Spark's tree, statm ~1 ms)."""
-    kids = _children()
     rss = pss = 0
-    todo = [root]
     page = os.sysconf("SC_PAGE_SIZE")
-    while todo:
-        pid = todo.pop()
+    for pid in _tree_pids(root):
         with contextlib.suppress(OSError, ValueError):
             rss += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
             if with_pss:
                 pss += _pss_bytes(pid)
-        todo.extend(kids.get(pid, []))
     return rss, pss
 
 
@@ -66,9 +73,9 @@ class PeakRSS:
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self, force_pss: bool = False) -> None:
+    def _sample(self) -> None:
         now = time.monotonic()
-        with_pss = force_pss or now - self._last_pss >= self.pss_interval
+        with_pss = now - self._last_pss >= self.pss_interval
         if with_pss:
             self._last_pss = now
         rss, pss = tree_memory(self.root, with_pss)
@@ -128,12 +135,7 @@ class CpuSplit:
         self.seconds: dict[str, float] = {}
 
     def _snapshot(self) -> dict[tuple[str, str], int]:
-        kids = _children()
-        pids, todo = list(self.extra), [self.root]
-        while todo:
-            pid = todo.pop()
-            pids.append(pid)
-            todo.extend(kids.get(pid, []))
+        pids = [*self.extra, *_tree_pids(self.root)]
         snap: dict[tuple[str, str], int] = {}
         for pid in pids:
             with contextlib.suppress(OSError, ValueError):
