@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -27,8 +28,8 @@ from replicator.nats.jetstream import (
 from replicator.nats.urls import parse_nats_url
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import SamplingParams
-from replicator.spark.datasource import to_record_batch
 from replicator.spark.inflight import InflightRecord
+from replicator.spark.rows import to_record_batch
 from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink, bucket_function
 from replicator.spark.sink import OrderedSink, SinkSettings
 
@@ -54,6 +55,8 @@ class StreamReplication:
         self.loop = loop
         self.sink: OrderedSink | None = None
         self.sampling_sink: SamplingSink | None = None
+        # Set when the query's first batch reaches the sink (its planning is over by then).
+        self.batch_started = threading.Event()
         self.query: StreamingQuery | None = None
         self._source_nc: Any = None
         self._start_time: datetime | None = None
@@ -221,8 +224,14 @@ class StreamReplication:
                 GroupStateTimeout.NoTimeout,
             )
             sink = self.sampling_sink
+        batch_sink = sink
+
+        def sink_noting_start(batch_df: Any, batch_id: int) -> None:
+            self.batch_started.set()
+            batch_sink(batch_df, batch_id)
+
         self.query = (
-            df.writeStream.foreachBatch(sink)
+            df.writeStream.foreachBatch(sink_noting_start)
             .queryName(f"sr_{self.s.stream}_{self.s.name}")
             .option("checkpointLocation", str(ckpt))
             .start()

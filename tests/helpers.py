@@ -97,6 +97,27 @@ def start_replicator(config: Path, *args: str) -> Replicator:
     return Replicator(proc, log_path)
 
 
+def tree_commands(root: int) -> list[str]:
+    """Command lines of `root` and its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    commands, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            commands.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return commands
+
+
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "replicator.cli", *args], capture_output=True, text=True, timeout=60

@@ -28,20 +28,21 @@ move. The clock is in the checkpointed offset, so a replayed batch sees the same
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import zlib
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from replicator.config import TLSConfig
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from replicator.config import TLSConfig
 
 log = logging.getLogger(__name__)
 
@@ -51,30 +52,6 @@ SCHEMA_DDL = (
 SAMPLING_SCHEMA_DDL = (
     "stream STRING, seq BIGINT, subject STRING, ts_ms BIGINT, headers STRING, data BINARY, "
     "sender STRING, force BOOLEAN, bucket INT, size INT"
-)
-SAMPLING_ARROW_SCHEMA = pa.schema(
-    [
-        ("stream", pa.string()),
-        ("seq", pa.int64()),
-        ("subject", pa.string()),
-        ("ts_ms", pa.int64()),
-        ("headers", pa.string()),
-        ("data", pa.binary()),
-        ("sender", pa.string()),
-        ("force", pa.bool_()),
-        ("bucket", pa.int32()),
-        ("size", pa.int32()),
-    ]
-)
-ARROW_SCHEMA = pa.schema(
-    [
-        ("stream", pa.string()),
-        ("seq", pa.int64()),
-        ("subject", pa.string()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("headers", pa.map_(pa.string(), pa.string())),
-        ("data", pa.binary()),
-    ]
 )
 
 
@@ -137,69 +114,10 @@ def _bool(v: str | None) -> bool:
 def _tls(options: dict[str, str]) -> TLSConfig | None:
     if not any(options.get(k) for k in ("tls_ca", "tls_cert", "tls_key")):
         return None
+    from replicator.config import TLSConfig
+
     return TLSConfig(
         ca=options.get("tls_ca", ""), cert=options.get("tls_cert", ""), key=options.get("tls_key", "")
-    )
-
-
-def to_sampling_batch(stream: str, msgs: Sequence[Any], extractor: Any, buckets: int) -> pa.RecordBatch:
-    senders, forces, bucket_ids = [], [], []
-    for m in msgs:
-        sender, force = extractor.extract(m.subject, m.headers, m.data)
-        senders.append(sender)
-        forces.append(force)
-        # Messages without a sender are spread by sequence; they are always copied.
-        bucket_ids.append(bucket_of(sender if sender is not None else str(m.seq), buckets))
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([stream] * len(msgs), pa.string()),
-            pa.array([m.seq for m in msgs], pa.int64()),
-            pa.array([m.subject for m in msgs], pa.string()),
-            pa.array([m.ts_ns // 1_000_000 for m in msgs], pa.int64()),
-            pa.array([json.dumps(m.headers) if m.headers else None for m in msgs], pa.string()),
-            pa.array([m.data for m in msgs], pa.binary()),
-            pa.array(senders, pa.string()),
-            pa.array(forces, pa.bool_()),
-            pa.array(bucket_ids, pa.int32()),
-            pa.array([len(m.data) for m in msgs], pa.int32()),
-        ],
-        schema=SAMPLING_ARROW_SCHEMA,
-    )
-
-
-def clock_batch(stream: str, part: ClockRows) -> pa.RecordBatch:
-    n = part.buckets
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([stream] * n, pa.string()),
-            pa.array([-(i + 1) for i in range(n)], pa.int64()),
-            pa.array([""] * n, pa.string()),
-            pa.array([part.clock_ms] * n, pa.int64()),
-            pa.array([None] * n, pa.string()),
-            pa.array([b""] * n, pa.binary()),
-            pa.array([None] * n, pa.string()),
-            pa.array([False] * n, pa.bool_()),
-            pa.array(list(range(n)), pa.int32()),
-            pa.array([0] * n, pa.int32()),
-        ],
-        schema=SAMPLING_ARROW_SCHEMA,
-    )
-
-
-def to_record_batch(stream: str, msgs: Sequence[Any]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([stream] * len(msgs), pa.string()),
-            pa.array([m.seq for m in msgs], pa.int64()),
-            pa.array([m.subject for m in msgs], pa.string()),
-            pa.array([m.ts_ns // 1000 for m in msgs], pa.timestamp("us", tz="UTC")),
-            pa.array(
-                [list(m.headers.items()) if m.headers else None for m in msgs],
-                pa.map_(pa.string(), pa.string()),
-            ),
-            pa.array([m.data for m in msgs], pa.binary()),
-        ],
-        schema=ARROW_SCHEMA,
     )
 
 
@@ -349,8 +267,12 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # Imported here, not at the top: Spark's planner processes import this module too, and
+        # would each carry pyarrow (~40 MB) for nothing.
+        from replicator.spark.rows import clock_batch, to_record_batch, to_sampling_batch
+
         if isinstance(partition, ClockRows):
-            yield clock_batch(self.stream, partition)
+            yield clock_batch(self.stream, partition.clock_ms, partition.buckets)
             return
         assert isinstance(partition, SequenceRange)
         import asyncio

@@ -26,7 +26,7 @@ from replicator.aio import LoopThread
 from replicator.metrics import metrics
 from replicator.nats.connect import open_connection
 from replicator.sampling.rules import Message, SamplingParams, SenderTable
-from replicator.spark.datasource import ARROW_SCHEMA
+from replicator.spark.rows import ARROW_SCHEMA
 from replicator.spark.sink import OrderedSink, PublishError
 
 log = logging.getLogger(__name__)

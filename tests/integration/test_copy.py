@@ -12,6 +12,7 @@ from helpers import (
     registration,
     run,
     start_replicator,
+    tree_commands,
     wait_for,
     write_config,
 )
@@ -82,3 +83,34 @@ def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server,
         assert m.headers is not None and m.headers["X-Origin"] == hdr["X-Origin"]
         assert m.headers[MSG_ID_HEADER].endswith(f":{mk.sequence}")
         assert mk.timestamp_ms > 0
+
+
+def test_spark_planner_processes_are_released_and_the_copy_goes_on(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """Spark keeps the Python processes that planned the query (~420 MB) for the session's life;
+    the replicator stops them once the query runs (replicator.spark.planners), and a later query
+    start (after a failed batch, say) gets new ones."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "EVENTS", ["events.>"]))
+    run(publish(src, [(f"events.{i % 5}", registration(i), None) for i in range(2000)]))
+    cfg = write_config(
+        tmp_path / "sr.yaml", "dc1", [{"stream": "EVENTS", "source_url": src, "target_url": dst}]
+    )
+    rep = start_replicator(cfg)
+
+    def planners() -> list[str]:
+        return [c for c in tree_commands(rep.proc.pid) if "pyspark.sql.worker." in c]
+
+    try:
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 2000, 180, "the backlog copied", rep)
+        wait_for(lambda: not planners(), 30, "planner processes gone", rep)
+        assert any("pyspark.daemon pyspark.worker" in c for c in tree_commands(rep.proc.pid)), (
+            "the task workers stay"
+        )
+        run(publish(src, [(f"events.{i % 5}", registration(i), None) for i in range(2000, 2500)]))
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 2500, 60, "new messages copied", rep)
+        assert not planners()
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert run(count(dst, "EVENTS")) == 2500

@@ -1,0 +1,98 @@
+"""Arrow record batches for the `nats-jetstream` source's rows (kept apart from the source
+itself so that only the processes that read messages import pyarrow)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from replicator.spark.datasource import bucket_of
+
+SAMPLING_ARROW_SCHEMA = pa.schema(
+    [
+        ("stream", pa.string()),
+        ("seq", pa.int64()),
+        ("subject", pa.string()),
+        ("ts_ms", pa.int64()),
+        ("headers", pa.string()),
+        ("data", pa.binary()),
+        ("sender", pa.string()),
+        ("force", pa.bool_()),
+        ("bucket", pa.int32()),
+        ("size", pa.int32()),
+    ]
+)
+ARROW_SCHEMA = pa.schema(
+    [
+        ("stream", pa.string()),
+        ("seq", pa.int64()),
+        ("subject", pa.string()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("headers", pa.map_(pa.string(), pa.string())),
+        ("data", pa.binary()),
+    ]
+)
+
+
+def to_sampling_batch(stream: str, msgs: Sequence[Any], extractor: Any, buckets: int) -> pa.RecordBatch:
+    senders, forces, bucket_ids = [], [], []
+    for m in msgs:
+        sender, force = extractor.extract(m.subject, m.headers, m.data)
+        senders.append(sender)
+        forces.append(force)
+        # Messages without a sender are spread by sequence; they are always copied.
+        bucket_ids.append(bucket_of(sender if sender is not None else str(m.seq), buckets))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([stream] * len(msgs), pa.string()),
+            pa.array([m.seq for m in msgs], pa.int64()),
+            pa.array([m.subject for m in msgs], pa.string()),
+            pa.array([m.ts_ns // 1_000_000 for m in msgs], pa.int64()),
+            pa.array([json.dumps(m.headers) if m.headers else None for m in msgs], pa.string()),
+            pa.array([m.data for m in msgs], pa.binary()),
+            pa.array(senders, pa.string()),
+            pa.array(forces, pa.bool_()),
+            pa.array(bucket_ids, pa.int32()),
+            pa.array([len(m.data) for m in msgs], pa.int32()),
+        ],
+        schema=SAMPLING_ARROW_SCHEMA,
+    )
+
+
+def clock_batch(stream: str, clock_ms: int, buckets: int) -> pa.RecordBatch:
+    n = buckets
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([stream] * n, pa.string()),
+            pa.array([-(i + 1) for i in range(n)], pa.int64()),
+            pa.array([""] * n, pa.string()),
+            pa.array([clock_ms] * n, pa.int64()),
+            pa.array([None] * n, pa.string()),
+            pa.array([b""] * n, pa.binary()),
+            pa.array([None] * n, pa.string()),
+            pa.array([False] * n, pa.bool_()),
+            pa.array(list(range(n)), pa.int32()),
+            pa.array([0] * n, pa.int32()),
+        ],
+        schema=SAMPLING_ARROW_SCHEMA,
+    )
+
+
+def to_record_batch(stream: str, msgs: Sequence[Any]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([stream] * len(msgs), pa.string()),
+            pa.array([m.seq for m in msgs], pa.int64()),
+            pa.array([m.subject for m in msgs], pa.string()),
+            pa.array([m.ts_ns // 1000 for m in msgs], pa.timestamp("us", tz="UTC")),
+            pa.array(
+                [list(m.headers.items()) if m.headers else None for m in msgs],
+                pa.map_(pa.string(), pa.string()),
+            ),
+            pa.array([m.data for m in msgs], pa.binary()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
