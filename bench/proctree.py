@@ -1,15 +1,18 @@
 """Peak memory of a process tree, sampled from /proc (Linux): the sum of RSS, and the sum of PSS.
 
 Summed RSS counts every shared page once per process that maps it: the shared libraries
-(pyarrow, libjvm) of Spark's ~12 Python workers, the CDS archive, and a JVM's copy-on-write
-pages in the instant a child it forks has not yet exec'd (seen as a second 500 MB `java`).
-PSS divides each shared page among the processes that map it, so its sum is the memory the
-tree really takes; both are reported.
+(pyarrow, libjvm) of Spark's Python workers, the pages a forked worker still shares with its
+daemon, the CDS archive. PSS divides each shared page among the processes that map it, so its
+sum is the memory the tree really takes; both are reported. One case is not memory at all: a
+child the JVM has just started (posix_spawn: vfork, then exec) runs in the JVM's own address
+space until its exec, and /proc shows it with the JVM's RSS (a second 500 MB `java` in some
+samples). It is counted once, in the JVM.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import threading
 import time
@@ -37,15 +40,30 @@ def _pss_bytes(pid: int) -> int:
     return 0
 
 
+def _tree(root: int) -> list[tuple[int, int]]:
+    """(pid, parent pid) of `root` (parent 0) and its descendants."""
+    kids = _children()
+    found, todo = [], [(root, 0)]
+    while todo:
+        pid, parent = todo.pop()
+        found.append((pid, parent))
+        todo.extend((kid, pid) for kid in kids.get(pid, []))
+    return found
+
+
 def _tree_pids(root: int) -> list[int]:
     """`root` and its descendants."""
-    kids = _children()
-    pids, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        pids.append(pid)
-        todo.extend(kids.get(pid, []))
-    return pids
+    return [pid for pid, _ in _tree(root)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_SYS_KCMP, _KCMP_VM = 312, 1  # x86_64
+
+
+def _shares_parent_memory(pid: int, parent: int) -> bool:
+    """A child between vfork (the JVM starts processes with posix_spawn) and exec runs in its
+    parent's address space: /proc shows the parent's RSS again, though no memory was added."""
+    return parent > 0 and _libc.syscall(_SYS_KCMP, parent, pid, _KCMP_VM, 0, 0) == 0
 
 
 def tree_memory(root: int, with_pss: bool = True) -> tuple[int, int]:
@@ -53,7 +71,9 @@ def tree_memory(root: int, with_pss: bool = True) -> tuple[int, int]:
     `with_pss`: reading smaps_rollup costs ~33 ms of CPU for Spark's tree, statm ~1 ms)."""
     rss = pss = 0
     page = os.sysconf("SC_PAGE_SIZE")
-    for pid in _tree_pids(root):
+    for pid, parent in _tree(root):
+        if _shares_parent_memory(pid, parent):
+            continue
         with contextlib.suppress(OSError, ValueError):
             rss += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
             if with_pss:
