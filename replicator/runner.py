@@ -15,7 +15,7 @@ from replicator.aio import LoopThread
 from replicator.config import Config, StreamConfig
 from replicator.metrics import metrics, serve
 from replicator.replication import StreamReplication
-from replicator.spark.planners import release_idle_planners
+from replicator.spark.planners import SOURCE_CREATION_MODULES, release_idle_planners
 from replicator.spark.session import build_session
 from replicator.spark.warmup import warm_task_workers
 
@@ -43,7 +43,6 @@ class Runner:
         self.replications = [StreamReplication(cfg, s, self.loop) for s in streams]
         self.spark: SparkSession | None = None
         self.planners_released = False
-        self._next_tick = 0.0
         # Set by `stream-replicator jvm-archive`: the JVM dumps its loaded classes when it ends.
         self.create_class_archive = create_class_archive
 
@@ -77,14 +76,15 @@ class Runner:
         for r in self.replications:
             self._start(r, backoff)
         try:
-            # Polled often until every query has started a batch, so the planner processes
-            # go before the task workers have grown (see _release_planners_once_running).
+            # Every 0.1 s until each query has started a batch, so the planner processes go
+            # before the task workers have grown (_release_planners_once_running); then every 1 s.
+            next_check = 0.0
             while not self.stop_event.wait(1.0 if self.planners_released else 0.1):
                 if not self.planners_released:
                     self._release_planners_once_running()
-                    if self.stop_event.is_set() or time.monotonic() < self._next_tick:
-                        continue
-                self._next_tick = time.monotonic() + 1.0
+                if time.monotonic() < next_check:
+                    continue
+                next_check = time.monotonic() + 1.0
                 for r in self.replications:
                     self._supervise(r, backoff)
                     r.update_lag()
@@ -120,9 +120,9 @@ class Runner:
         self._start(r, backoff)
 
     def _release_planners_once_running(self) -> None:
-        """Once every query has started a batch (its planning is over by then), stop the
-        processes Spark kept from planning them (replicator.spark.planners). ~420 MB summed RSS
-        in `make bench`. Queries start only on this thread, so none is being planned now."""
+        """Once every query has started a batch, its planning is over: stop the processes
+        Spark kept from planning them (replicator.spark.planners; ~420 MB of summed RSS in
+        `make bench`). Queries start only on this thread, so none is being planned now."""
         if self.spark is not None and all(
             r.query is not None and r.batch_started.is_set() for r in self.replications
         ):
@@ -137,12 +137,14 @@ class Runner:
         r.batch_started.clear()
         try:
             r.start(self.spark)
-            # Its data source is created and looked up by now: those planner processes can go.
-            release_idle_planners(self.spark)
         except Exception as e:
             log.error("%s: could not start (%s)", r.label, _first_line(e))
             r.query = None
             backoff.setdefault(r.label, 0.5)
+        else:
+            # Looking up and creating the data source ran on this thread, in start(): those
+            # processes can go now. Planning its reads runs on the query's own thread, later.
+            release_idle_planners(self.spark, SOURCE_CREATION_MODULES)
 
     def shutdown(self) -> None:
         """Stop queries and Spark; bounded, so SIGTERM always ends the process in time."""

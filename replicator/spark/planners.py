@@ -10,13 +10,15 @@ process tree. Neither `spark.python.factory.idleWorkerMaxPoolSize` (at least 1) 
 Spark keeps these processes in a private map of its `SparkEnv`, with no public way to stop them,
 so this reaches it by reflection (pyspark 4.3, which pyproject pins). Stopping a factory ends
 its daemon and idle workers; the factory stays usable and starts a new daemon when a later
-query start needs one. A factory with a worker in use is left alone; a step that takes a worker
-in the instant between that check and the stop fails its query start, which the runner retries.
+query start needs one. A factory with a worker in use is left alone, and the runner calls this
+only for steps that are over (replicator.runner); should one still take a worker in the instant
+between that check and the stop, that query start fails and the runner retries it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -24,6 +26,12 @@ log = logging.getLogger(__name__)
 # Spark's planner steps run the modules `pyspark.sql.worker.*`; tasks run `pyspark.worker`, and
 # a streaming source's long-lived runner `pyspark.sql.streaming.*`. Only the first are idle.
 PLANNER_MODULE_PREFIX = "pyspark.sql.worker."
+# The steps that run in the thread calling `readStream...load()` (the one that plans a query's
+# reads runs later, on the query's thread).
+SOURCE_CREATION_MODULES = (
+    "pyspark.sql.worker.lookup_data_sources",
+    "pyspark.sql.worker.create_data_source",
+)
 
 
 def _private_field(jvm: Any, class_name: str, field: str, owner: Any) -> Any:
@@ -56,16 +64,18 @@ def _idle(spark: Any, factory: Any) -> bool:
     return int(started.size()) == int(factory.idleWorkers().size())
 
 
-def release_idle_planners(spark: Any) -> list[str]:
-    """Stop the daemons (and idle workers) of Spark's planner steps that have no worker in use;
-    return their modules. Best effort: on a Spark without these internals it logs and does nothing."""
+def release_idle_planners(spark: Any, modules: Sequence[str] | None = None) -> list[str]:
+    """Stop the daemons (and idle workers) of Spark's planner steps (or of `modules` only) that
+    have no worker in use; return their modules. Best effort: on a Spark without these
+    internals it logs and does nothing."""
     try:
         factories = _factories(spark)
         stopped = []
         for key in list(factories.keySet()):
             module = str(key.workerModule())
+            wanted = module in modules if modules is not None else module.startswith(PLANNER_MODULE_PREFIX)
             factory = factories.get(key)
-            if module.startswith(PLANNER_MODULE_PREFIX) and _idle(spark, factory):
+            if wanted and _idle(spark, factory):
                 factory.stop()
                 stopped.append(module)
     except Exception as e:  # a Py4J error: another Spark version's internals
