@@ -20,10 +20,15 @@ _SERVER_HEADERS = frozenset(h.encode() for h in DIRECT_GET_HEADERS)
 HEADER_NAME_BLANK = re.compile(rb"[\s\x1c-\x1f]")
 
 
+def status_code(raw: bytes | None) -> str | None:
+    """The code of a status reply, whose header block starts `NATS/1.0 503 ...`; else None."""
+    return raw[9:12].decode() if raw and raw[8:9] == b" " else None
+
+
 def is_status(raw: bytes | None) -> bool:
     """A status reply (`NATS/1.0 204 EOB`, `NATS/1.0 404 ...`) ends a batch; so does a reply
     without headers, which a direct get never sends for a stored message."""
-    return not raw or raw[8:9] == b" "
+    return not raw or status_code(raw) is not None
 
 
 def parse_direct_reply(raw: bytes) -> tuple[int, str, int, dict[str, str] | None]:

@@ -16,7 +16,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from replicator.nats.connect import FastHeaderClient, encode_headers
+from replicator.nats.connect import FastHeaderClient
+from replicator.nats.direct_reply import status_code
 
 
 class PublishError(RuntimeError):
@@ -87,18 +88,14 @@ class PipelinedPublisher:
             batch = self._batch
             generation, _, index = subject.decode()[cut:].partition(".")
             if batch is not None and generation == batch.generation and int(index) < batch.sent:
-                # A status reply's header block starts `NATS/1.0 503`; an ack has no headers.
-                status = raw_headers[9:12].decode() if raw_headers and raw_headers[8:9] == b" " else None
-                batch.on_ack(int(index), data, status)
+                batch.on_ack(int(index), data, status_code(raw_headers))  # an ack has no headers
 
         await self.nc.raw_subscribe(f"{self._inbox}.*.*", on_ack)
 
-    async def publish(
-        self, messages: Iterable[tuple[str, bytes, dict[str, str] | bytes]], timeout: float
-    ) -> PublishOutcome:
-        """Publish (subject, data, headers) in order; returns once every one is acknowledged.
-        Headers are a dict, or header lines already encoded (`encode_headers`). Raises
-        PublishError if not all were acknowledged within `timeout`."""
+    async def publish(self, messages: Iterable[tuple[str, bytes, bytes]], timeout: float) -> PublishOutcome:
+        """Publish (subject, data, header lines encoded by `encode_headers`) in order; returns
+        once every one is acknowledged. Raises PublishError if not all were acknowledged within
+        `timeout`."""
         await self._ensure_subscribed()
         self._generation += 1
         batch = _Batch(self.stream, self.max_pending, str(self._generation))
@@ -115,8 +112,7 @@ class PipelinedPublisher:
                 # Counted before the await: its ack may be handled while publish() yields.
                 index = batch.sent
                 batch.sent += 1
-                lines = headers if isinstance(headers, bytes) else encode_headers(headers.items())
-                await publish(subject, prefix + str(index), lines, data)
+                await publish(subject, prefix + str(index), headers, data)
             batch.outcome.published = batch.sent
             batch.all_sent = True
             if batch.acked < batch.sent:

@@ -26,7 +26,7 @@ def _import_reader_modules(batches: Iterator[Any]) -> Iterator[Any]:
     yield from batches
 
 
-def warm_task_workers(spark: Any) -> threading.Thread:
+def warm_task_workers(spark: Any) -> None:
     """Run the warm-up job on a background thread (best effort: a failure only logs)."""
     slots = max(1, int(spark.sparkContext.defaultParallelism))
 
@@ -36,6 +36,4 @@ def warm_task_workers(spark: Any) -> threading.Thread:
         except Exception as e:
             log.debug("warming Spark's task workers failed (%s)", e)
 
-    t = threading.Thread(target=run, name="warm-task-workers", daemon=True)
-    t.start()
-    return t
+    threading.Thread(target=run, name="warm-task-workers", daemon=True).start()

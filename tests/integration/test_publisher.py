@@ -8,7 +8,7 @@ import asyncio
 from helpers import create_stream, run
 from nats_servers import NatsCluster
 
-from replicator.nats.connect import open_connection
+from replicator.nats.connect import encode_headers, open_connection
 from replicator.nats.jetstream import read_all
 from replicator.nats.publisher import PipelinedPublisher, PublishOutcome
 
@@ -20,7 +20,8 @@ def publish(
         nc = await open_connection(url, name="test-publisher")
         try:
             p = PipelinedPublisher(nc, stream, **kw)
-            return [await p.publish(b, timeout=30) for b in batches]
+            encoded = [[(s, d, encode_headers(h.items())) for s, d, h in b] for b in batches]
+            return [await p.publish(b, timeout=30) for b in encoded]
         finally:
             await nc.close()
 

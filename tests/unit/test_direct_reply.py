@@ -14,7 +14,7 @@ from nats.aio.client import Client
 from nats.errors import BadHeaderError, BadSubjectError
 
 from replicator.nats.connect import FastHeaderClient, encode_headers
-from replicator.nats.direct_reply import is_status, parse_direct_reply
+from replicator.nats.direct_reply import is_status, parse_direct_reply, status_code
 from replicator.nats.jetstream import _clean_headers
 from replicator.nats.timestamps import rfc3339_to_ns
 
@@ -62,6 +62,14 @@ def test_status_replies_end_a_batch() -> None:
     assert is_status(b"NATS/1.0 404 Message Not Found\r\n\r\n")
     assert is_status(None)
     assert not is_status(server_reply(b""))
+
+
+def test_a_status_replys_code_is_read_and_an_ack_has_none() -> None:
+    # A publish to a subject no stream listens on is answered `503` (no responders).
+    assert status_code(b"NATS/1.0 503\r\n\r\n") == "503"
+    assert status_code(b"NATS/1.0 404 Message Not Found\r\n\r\n") == "404"
+    assert status_code(None) is None
+    assert status_code(server_reply(b"")) is None
 
 
 def test_a_reply_without_the_servers_headers_is_a_clear_error() -> None:
