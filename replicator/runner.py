@@ -121,8 +121,8 @@ class Runner:
 
     def _release_planners_once_running(self) -> None:
         """Once every query has started a batch, its planning is over: stop the processes
-        Spark kept from planning them (replicator.spark.planners; ~420 MB of summed RSS in
-        `make bench`). Queries start only on this thread, so none is being planned now."""
+        Spark kept from planning them (replicator.spark.planners; ~420 MB of summed RSS).
+        Queries start only on this thread, so none is being planned now."""
         if self.spark is not None and all(
             r.query is not None and r.batch_started.is_set() for r in self.replications
         ):

@@ -51,7 +51,7 @@ def build_session(
 ) -> SparkSession:
     py = python_for_workers()
     # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and the
-    # JVM's ~60 threads touch many: 2 arenas took ~90 MB off the JVM's RSS in `make bench`.
+    # JVM's ~60 threads touch many: 2 arenas took ~90 MB off the JVM's RSS (one-off run).
     # Set before the JVM starts, so it and every Python worker it starts inherit it.
     os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     os.environ["PYSPARK_PYTHON"] = py

@@ -5,7 +5,7 @@ a worker per core and import pyarrow and nats in each. A job of one tiny task pe
 beside the planning, starts them earlier; Spark keeps them for reuse, and the data source's
 read tasks take them (same worker module and environment). On 2 cores the first batch's
 collect went from ~3.1 s to ~0.8 s, but the planning beside it slowed: the time to the first
-copy moved from 13.6 to 12.7 s (medians of 3 alternated runs of 20,000 messages).
+copy moved from 13.6 to 12.7 s (medians of 3 alternated one-off runs of 20,000 messages).
 """
 
 from __future__ import annotations
