@@ -224,11 +224,9 @@ class StreamReplication:
                 GroupStateTimeout.NoTimeout,
             )
             sink = self.sampling_sink
-        batch_sink = sink
-
         def sink_noting_start(batch_df: Any, batch_id: int) -> None:
             self.batch_started.set()
-            batch_sink(batch_df, batch_id)
+            sink(batch_df, batch_id)
 
         self.query = (
             df.writeStream.foreachBatch(sink_noting_start)
