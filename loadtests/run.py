@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,10 @@ import nats
 import yaml
 from nats.js.api import StreamConfig
 
+from harness.localnats import free_port, local_cluster
+from harness.process import ReplicatorProcess
+from harness.scrape import scrape
 from replicator.durations import parse_duration
-from replicator.localnats import free_port, local_cluster
-from replicator.metrics import scrape
 
 HERE = Path(__file__).parent
 SUBJECTS = ["choria.stream.input.registration.>"]
@@ -69,46 +69,24 @@ def servers() -> Iterator[tuple[str, str]]:
 
 @contextlib.contextmanager
 def replicator(source: str, target: str, stream: str, work: Path, log_path: Path) -> Iterator[str]:
-    """The real replicator CLI in copy mode; yields its metrics URL once it serves."""
-    port = free_port()
+    """The real replicator CLI in copy mode; yields its metrics URL once it is ready."""
     cfg = {
         "name": "loadtest",
         "state_store": str(work / "state"),
-        "monitor_port": port,
+        "monitor_port": free_port(),
         "streams": [{"stream": stream, "source_url": source, "target_url": target}],
     }
     path = work / "replicator.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    log = log_path.open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "replicator.cli", "run", "--config", str(path)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/metrics"
+    rep = ReplicatorProcess(path, log_path)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"replicator exited: {log_path.read_text()[-2000:]}")
-            # Ready when its Spark query runs (it logs "replicating to") and metrics answer.
-            if "replicating to" in log_path.read_text(errors="replace"):
-                with contextlib.suppress(OSError):
-                    urllib.request.urlopen(url, timeout=1).close()
-                    break
-            time.sleep(0.5)
-        else:
-            raise SystemExit(f"replicator did not start within 120s; see {log_path}")
-        yield url
+        try:
+            rep.start(timeout=120)
+        except RuntimeError as e:
+            raise SystemExit(str(e)) from None
+        yield rep.metrics_url
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(40)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        rep.stop()
 
 
 def wait_caught_up(metrics_url: str, timeout: float = 120) -> dict[str, float]:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from replicator.config import Config, StreamConfig
 from replicator.replication import checkpoint_dir
-from replicator.sampling.rules import SenderTable
+from replicator.sampling import state
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def read_state(cfg: Config, s: StreamConfig, master: str = "local[1]") -> StateS
     senders: list[TrackedSender] = []
     clock = 0
     for bucket, blob in rows:
-        table = SenderTable.loads(bytes(blob) if blob is not None else None)
+        table = state.decode(bytes(blob) if blob is not None else None)
         clock = max(clock, table.clock_ms)
         senders += [
             TrackedSender(k, seen, copied, size, warned, int(bucket))

@@ -75,29 +75,6 @@ def run(
     sys.exit(code)
 
 
-@app.command("jvm-archive")
-def jvm_archive(
-    force: Annotated[bool, typer.Option(help="Build it again even if one exists")] = False,
-) -> None:
-    """Build the Spark driver's class archive (starts ~4 s faster; `make install` runs this)."""
-    from replicator.logs import setup_logging
-    from replicator.spark.jvm import archive_path
-
-    existing = archive_path()
-    if existing is not None and existing.is_file() and not force:
-        typer.echo(f"class archive {existing}: already built")
-        return
-    setup_logging("warn")
-    from replicator.classarchive import build_class_archive
-
-    try:
-        archive = build_class_archive()
-    except (RuntimeError, OSError, TimeoutError) as e:
-        _fail(str(e))
-        return
-    typer.echo(f"class archive {archive}: built ({archive.stat().st_size / 1e6:.0f} MB)")
-
-
 admin = typer.Typer(no_args_is_help=True, help="Inspect a replicator's state.")
 app.add_typer(admin, name="admin")
 
@@ -129,43 +106,6 @@ def admin_state(
             return
         for line in format_state(s, st, value, limit):
             typer.echo(line)
-
-
-scenario = typer.Typer(no_args_is_help=True, help="Run scenario files on real NATS servers.")
-app.add_typer(scenario, name="scenario")
-
-
-@scenario.command("run")
-def scenario_run(
-    files: Annotated[list[Path], typer.Argument(help="Scenario YAML files")],
-    report_dir: Annotated[Path, typer.Option(help="Where reports (JSON, PNG, logs) go")] = Path(
-        "reports/scenarios"
-    ),
-) -> None:
-    """Run scenarios: fleet + outages + replicator, checked against the ground truth."""
-    from emulator.scenario import ScenarioError
-    from replicator.logs import setup_logging
-    from replicator.scenario.runner import run_scenario
-    from replicator.scenario.spec import load_spec
-
-    try:
-        specs = [load_spec(f) for f in files]
-    except ScenarioError as e:
-        _fail(str(e))
-        return
-    setup_logging("info")
-    failed = []
-    for spec in specs:
-        report, _ = run_scenario(spec, report_dir)
-        typer.echo(report.table())
-        if not report.ok:
-            failed.append(spec.scenario.name)
-    typer.echo(
-        f"{len(specs) - len(failed)} passed, {len(failed)} failed"
-        + (f": {', '.join(failed)}" if failed else "")
-    )
-    if failed:
-        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -22,6 +22,12 @@ from pydantic import (
 )
 
 from replicator.durations import parse_duration
+from replicator.options import (
+    DEFAULT_COPY_BATCH,
+    DEFAULT_SAMPLING_BATCH,
+    DEFAULT_SAMPLING_BUCKETS,
+    default_sampling_partitions,
+)
 
 
 class ConfigError(ValueError):
@@ -87,7 +93,7 @@ class StreamConfig(_Strict):
     tls: TLSConfig | None = None
     source_tls: TLSConfig | None = None
     target_tls: TLSConfig | None = None
-    # Sampling and advisories (see the sampling issue): accepted and validated here.
+    # Sampling and advisories (docs/configuration.md).
     inspect_field: str = ""
     inspect_header: str = ""
     inspect_subject_token: int = 0
@@ -98,11 +104,13 @@ class StreamConfig(_Strict):
     advisory: AdvisoryConfig | None = None
     leader_election_name: str = ""
     # Extensions of this replicator (not in the Choria format).
-    # Rows per micro-batch while backlogged (default: 10,000 copying, 50,000 sampling, where each
-    # batch rewrites the touched buckets' state: larger batches amortise it, measured in make bench).
+    # Rows per micro-batch while backlogged (defaults in replicator.options).
     batch_max_messages: int | None = Field(default=None, ge=1, le=1_000_000)
     # Senders are hashed into this many buckets of Spark state; fixed once a checkpoint exists.
-    sampling_buckets: int = Field(default=32, ge=1, le=4096)
+    sampling_buckets: int = Field(default=DEFAULT_SAMPLING_BUCKETS, ge=1, le=4096)
+    # Shuffle partitions of the sampled query (tasks that hold the buckets' state); fixed in the
+    # checkpoint at its first batch. Default: one per 16 buckets.
+    sampling_partitions: int | None = Field(default=None, ge=1, le=4096)
 
     @field_validator("stream", "target_stream")
     @classmethod
@@ -189,7 +197,14 @@ class StreamConfig(_Strict):
             elif self.warn_duration >= self.inspect_duration:
                 raise ValueError("warn_duration must be shorter than inspect_duration")
         if self.batch_max_messages is None:
-            self.batch_max_messages = 50_000 if self.sampling else 10_000
+            self.batch_max_messages = DEFAULT_SAMPLING_BATCH if self.sampling else DEFAULT_COPY_BATCH
+        if self.sampling_partitions is None:
+            self.sampling_partitions = default_sampling_partitions(self.sampling_buckets)
+        elif self.sampling_partitions > self.sampling_buckets:
+            raise ValueError(
+                f"sampling_partitions ({self.sampling_partitions}) must not exceed sampling_buckets "
+                f"({self.sampling_buckets}): a partition without a bucket does nothing"
+            )
         if self.leader_election_name:
             raise ValueError(
                 "leader_election_name is not supported: run one replicator per stream "

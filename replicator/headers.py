@@ -7,22 +7,6 @@ from dataclasses import dataclass
 SOURCE_HEADER = "Choria-SR-Source"
 MSG_ID_HEADER = "Nats-Msg-Id"
 
-# Headers the server adds to a direct-get reply; they describe the stored message, they are
-# not part of it, so they are not copied to the target.
-DIRECT_GET_HEADERS = frozenset(
-    {
-        "Nats-Stream",
-        "Nats-Sequence",
-        "Nats-Time-Stamp",
-        "Nats-Subject",
-        "Nats-Num-Pending",
-        "Nats-Last-Sequence",
-        "Nats-UpTo-Sequence",
-        "Status",
-        "Description",
-    }
-)
-
 
 @dataclass(frozen=True, slots=True)
 class SourceMark:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 LABELS = ("stream", "replicator", "worker")
 M = TypeVar("M", Counter, Gauge, Histogram)
@@ -69,42 +69,5 @@ class MetricLabels:
     def of(self, metric: M) -> M:
         return metric.labels(self.stream, self.replicator, self.worker)
 
-
-_SCRAPED = {
-    f"{_NS}_total_messages": "received",
-    f"{_NS}_copied_messages": "copied",
-    f"{_NS}_stream_lag_messages": "lag",
-    f"{_NS}_stream_sequence": "sequence",
-}
-
-
-def scrape(url: str, timeout: float = 2, worker: str | None = None) -> dict[str, float]:
-    """A running replicator's received/copied counters, lag, sequence and completed batches,
-    read from its /metrics endpoint: summed over its streams, or of the stream entry `worker`."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        text = r.read().decode()
-    out = dict.fromkeys([*_SCRAPED.values(), "batches"], 0.0)
-    for family in text_string_to_metric_families(text):
-        key = _SCRAPED.get(family.name)
-        if family.name == f"{_NS}_batch_duration_seconds":
-            out["batches"] += sum(
-                s.value
-                for s in family.samples
-                if s.name.endswith("_count") and worker in (None, s.labels.get("worker"))
-            )
-        elif key:
-            out[key] += sum(
-                s.value
-                for s in family.samples
-                if not s.name.endswith("_created") and worker in (None, s.labels.get("worker"))
-            )
-    return out
-
-
-def serve(port: int) -> None:
-    if port:
-        start_http_server(port, addr="0.0.0.0")
+    def values(self) -> tuple[str, str, str]:
+        return self.stream, self.replicator, self.worker

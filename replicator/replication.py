@@ -21,16 +21,18 @@ from replicator.nats.jetstream import (
     as_start_time,
     ensure_target_stream,
     find_last_copied,
-    read_range,
     stream_info,
     wait_for_stream,
 )
 from replicator.nats.urls import parse_nats_url
+from replicator.options import ReaderOptions
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import SamplingParams
+from replicator.spark.datasource import read_range_chunks
 from replicator.spark.inflight import InflightRecord
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink, bucket_function
+from replicator.spark.session import session_conf
 from replicator.spark.sink import OrderedSink, SinkSettings
 
 if TYPE_CHECKING:
@@ -155,39 +157,18 @@ class StreamReplication:
             s.inspect_field, s.inspect_header, s.inspect_subject_token, s.inspect_force_field
         )
 
-    def reader_options(self) -> dict[str, str]:
-        s = self.s
-        opts = {
-            "url": s.source_url,
-            "stream": s.stream,
-            "filter_subject": s.filter_subject,
-            "max_messages_per_batch": str(s.batch_max_messages),
-            "min_start_sequence": str((self.sink.floor + 1) if self.sink and self.sink.floor else 0),
-        }
-        if s.start_at_end:
-            opts["start_at_end"] = "true"
-        elif self._start_time is not None:
-            opts["start_time"] = self._start_time.isoformat()
-        elif s.start_sequence:
-            opts["start_sequence"] = str(s.start_sequence)
-        if s.sampling:
-            # Full-size batches from the start: a sampled batch pays a fixed state rewrite, and
-            # its first batch is slow anyway (the stateful operator's start).
-            opts["first_batch_messages"] = str(s.batch_max_messages)
-            opts.update(self.extractor().options())
-            opts["sampling"] = "true"
-            opts["sampling_buckets"] = str(s.sampling_buckets)
-        tls = s.source_tls
-        if tls is not None and tls.enabled:
-            opts.update({"tls_ca": tls.ca, "tls_cert": tls.cert, "tls_key": tls.key})
-        return opts
+    def reader_options(self) -> ReaderOptions:
+        """What the query reads: the config's stream, from where the target's copy ends."""
+        floor = self.sink.floor if self.sink else 0
+        return ReaderOptions.from_config(self.s, min_start_sequence=floor + 1 if floor else 0,
+                                         start_time=self._start_time)  # fmt: skip
 
     def catch_up(self) -> None:
         """Publish what an earlier run left in flight (see replicator.spark.inflight) before the
         query resumes after it."""
         assert self.sink is not None, "prepare() first"
         try:
-            self.sink.wait_published(self.sink.s.ack_timeout)  # a publish still running settles first
+            self.sink.wait_published(self.sink.settings.ack_timeout)  # a publish still running settles first
         except Exception as e:
             log.info("%s: the batch in flight failed (%s); publishing it again", self.label, e)
         record = self.sink.inflight
@@ -198,10 +179,7 @@ class StreamReplication:
         if first <= left.last_seq:
             log.info("%s: publishing source sequences %d-%d, left in flight when it last stopped",
                      self.label, first, left.last_seq)  # fmt: skip
-            chunks = self.loop.run(
-                read_range(self._source_nc, self.s.stream, self.s.filter_subject, first, left.last_seq + 1)
-            )
-            for chunk in chunks:
+            for chunk in read_range_chunks(self.reader_options(), first, left.last_seq + 1):
                 self.sink.republish(pa.Table.from_batches([to_record_batch(self.s.stream, chunk)]))
         self.sink.floor = max(self.sink.floor, left.last_seq)
         record.clear()
@@ -211,9 +189,11 @@ class StreamReplication:
         self.catch_up()
         ckpt = checkpoint_dir(self.cfg, self.s)
         ckpt.parent.mkdir(parents=True, exist_ok=True)
-        df = spark.readStream.format("nats-jetstream").options(**self.reader_options()).load()
+        df = spark.readStream.format("nats-jetstream").options(**self.reader_options().to_spark()).load()
         sink: Any = self.sink
+        partitions = None
         if self.sampling_sink is not None:
+            partitions = str(self.s.sampling_partitions)
             from pyspark.sql.streaming.state import GroupStateTimeout
 
             df = df.groupBy("bucket").applyInPandasWithState(
@@ -224,16 +204,20 @@ class StreamReplication:
                 GroupStateTimeout.NoTimeout,
             )
             sink = self.sampling_sink
+
         def sink_noting_start(batch_df: Any, batch_id: int) -> None:
             self.batch_started.set()
             sink(batch_df, batch_id)
 
-        self.query = (
-            df.writeStream.foreachBatch(sink_noting_start)
-            .queryName(f"sr_{self.s.stream}_{self.s.name}")
-            .option("checkpointLocation", str(ckpt))
-            .start()
-        )
+        # The query takes its own copy of the session's settings when it starts; a checkpoint
+        # keeps the shuffle partitions of its first batch.
+        with session_conf(spark, "spark.sql.shuffle.partitions", partitions):
+            self.query = (
+                df.writeStream.foreachBatch(sink_noting_start)
+                .queryName(f"sr_{self.s.stream}_{self.s.name}")
+                .option("checkpointLocation", str(ckpt))
+                .start()
+            )
         log.info("%s: replicating to %s (checkpoint %s)", self.label, self.s.target_stream, ckpt)
         return self.query
 

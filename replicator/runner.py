@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from replicator.aio import LoopThread
 from replicator.config import Config, StreamConfig
-from replicator.metrics import metrics, serve
+from replicator.metrics import metrics
+from replicator.monitor import Readiness, StreamState, serve
 from replicator.replication import StreamReplication
 from replicator.spark.planners import SOURCE_CREATION_MODULES, release_idle_planners
 from replicator.spark.session import build_session
@@ -43,6 +44,9 @@ class Runner:
         self.replications = [StreamReplication(cfg, s, self.loop) for s in streams]
         self.spark: SparkSession | None = None
         self.planners_released = False
+        self.readiness = Readiness()
+        for r in self.replications:
+            self.readiness.set(r.label, StreamState.STARTING)
         # Set by `stream-replicator jvm-archive`: the JVM dumps its loaded classes when it ends.
         self.create_class_archive = create_class_archive
 
@@ -52,12 +56,13 @@ class Runner:
         self.stop_event.set()
 
     def run(self, on_progress: Callable[[Runner], None] | None = None) -> int:
-        serve(self.cfg.monitor_port)
-        if self.cfg.monitor_port:
-            log.info("metrics on http://0.0.0.0:%d/metrics", self.cfg.monitor_port)
+        if serve(self.cfg.monitor_port, self.readiness):
+            log.info("monitoring on http://0.0.0.0:%d (/metrics, /healthz, /readyz)", self.cfg.monitor_port)
         for r in self.replications:
+            self.readiness.set(r.label, StreamState.WAITING_FOR_SOURCE)
             if not r.prepare(self.stop_event.is_set):
                 return 0
+            self.readiness.set(r.label, StreamState.STARTING)
         log.info("starting Spark (%s)", self.master)
         self.spark = build_session(
             self.master,
@@ -112,6 +117,7 @@ class Runner:
         else:
             return
         r.sink.labels.of(metrics().errors).inc()
+        self.readiness.set(r.label, StreamState.RETRYING)
         wait = min(30.0, backoff.get(r.label, 0.5) * 2)
         backoff[r.label] = wait
         log.info("%s: retrying from the checkpoint in %.0fs", r.label, wait)
@@ -141,7 +147,9 @@ class Runner:
             log.error("%s: could not start (%s)", r.label, _first_line(e))
             r.query = None
             backoff.setdefault(r.label, 0.5)
+            self.readiness.set(r.label, StreamState.RETRYING)
         else:
+            self.readiness.set(r.label, StreamState.REPLICATING)
             # Looking up and creating the data source ran on this thread, in start(): those
             # processes can go now. Planning its reads runs on the query's own thread, later.
             release_idle_planners(self.spark, SOURCE_CREATION_MODULES)
@@ -152,6 +160,7 @@ class Runner:
 
         def _stop() -> None:
             for r in self.replications:
+                self.readiness.set(r.label, StreamState.STOPPED)
                 r.stop()
             if self.spark is not None:
                 self.spark.stop()

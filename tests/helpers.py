@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nats
 import yaml
 from nats.js.api import StreamConfig
+
+from harness.localnats import free_port
+from harness.process import ReplicatorProcess
+from replicator.nats import wire
+from replicator.nats.connect import open_connection
 
 
 def run(coro: Any) -> Any:
@@ -46,55 +48,59 @@ async def publish(
         await nc.close()
 
 
+async def publish_raw(url: str, items: list[tuple[str, bytes, list[tuple[str, str]]]]) -> list[int]:
+    """JetStream-publish (subject, data, header pairs) with the replicator's own client, so a
+    header name may repeat (nats-py's publish takes a dict); returns the sequences."""
+    nc = await open_connection(url, name="test-raw-publish")
+    seqs = []
+    try:
+        for subject, data, headers in items:
+            reply = nc.new_inbox()
+            fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+            def on_ack(_s: bytes, _r: bytes, d: bytes, _h: bytes | None, fut: Any = fut) -> None:
+                if not fut.done():
+                    fut.set_result(d)
+
+            sub = await nc.raw_subscribe(reply, on_ack)
+            await nc.publish_encoded(subject, reply, wire.encode_header_lines(headers), data)
+            ack = json.loads(await asyncio.wait_for(fut, 10))
+            await nc.raw_unsubscribe(sub)
+            assert "error" not in ack, ack
+            seqs.append(int(ack["seq"]))
+    finally:
+        await nc.close()
+    return seqs
+
+
 def wait_for(pred: Callable[[], bool], timeout: float, what: str, proc: Replicator | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
             return
-        if proc is not None and proc.proc.poll() is not None:
-            raise AssertionError(
-                f"replicator exited ({proc.proc.returncode}) before {what}:\n{proc.output()}"
-            )
+        if proc is not None and not proc.alive():
+            code = proc.proc.returncode if proc.proc else None
+            raise AssertionError(f"replicator exited ({code}) before {what}:\n{proc.output()}")
         time.sleep(0.25)
     detail = f"\n{proc.output()}" if proc is not None else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 
 
 def write_config(path: Path, name: str, streams: list[dict[str, Any]], **top: Any) -> Path:
+    """A replicator config with a monitor port of its own (the harness waits on its /readyz)."""
+    top.setdefault("monitor_port", free_port())
     cfg = {"name": name, "state_store": str(path.parent / "state"), "streams": streams, **top}
     path.write_text(yaml.safe_dump(cfg))
     return path
 
 
-@dataclass
-class Replicator:
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")[-6000:]
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout)
-        return self.proc.returncode
-
-    def kill9(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+# The replicator CLI in a process of its own (harness.process), as tests drive it.
+Replicator = ReplicatorProcess
 
 
-def start_replicator(config: Path, *args: str) -> Replicator:
+def start_replicator(config: Path, *args: str, wait: bool = False) -> ReplicatorProcess:
     log_path = config.parent / f"replicator-{time.time_ns()}.log"
-    out = log_path.open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "replicator.cli", "run", "--config", str(config), *args],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # kill -9 takes the JVM and Python workers with it
-    )
-    return Replicator(proc, log_path)
+    return ReplicatorProcess(config, log_path, *args).start(wait=wait)
 
 
 def tree_commands(root: int) -> list[str]:

@@ -1,6 +1,6 @@
 """The tests' NATS servers: see replicator/servers.py (testcontainers where a Docker engine
 answers, the venv's nats-server binary otherwise)."""
 
-from replicator.servers import NatsCluster, docker_available, nats_cluster
+from harness.servers import NatsCluster, docker_available, nats_cluster
 
 __all__ = ["NatsCluster", "docker_available", "nats_cluster"]

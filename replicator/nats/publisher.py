@@ -16,8 +16,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from replicator.nats.connect import FastHeaderClient
-from replicator.nats.direct_reply import status_code
+from replicator.nats.client import ReplicatorClient
+from replicator.nats.wire import status_code
 
 
 class PublishError(RuntimeError):
@@ -70,7 +70,7 @@ class _Batch:
 class PipelinedPublisher:
     """Publishes batches to one target stream on one connection, in order."""
 
-    def __init__(self, nc: FastHeaderClient, stream: str, max_pending: int = 4000) -> None:
+    def __init__(self, nc: ReplicatorClient, stream: str, max_pending: int = 4000) -> None:
         self.nc = nc
         self.stream = stream
         self.max_pending = max_pending
@@ -84,7 +84,7 @@ class PipelinedPublisher:
         self._inbox = self.nc.new_inbox()
         cut = len(self._inbox) + 1
 
-        def on_ack(subject: bytes, data: bytes, raw_headers: bytes | None) -> None:
+        def on_ack(subject: bytes, _reply: bytes, data: bytes, raw_headers: bytes | None) -> None:
             batch = self._batch
             generation, _, index = subject.decode()[cut:].partition(".")
             if batch is not None and generation == batch.generation and int(index) < batch.sent:
@@ -93,7 +93,7 @@ class PipelinedPublisher:
         await self.nc.raw_subscribe(f"{self._inbox}.*.*", on_ack)
 
     async def publish(self, messages: Iterable[tuple[str, bytes, bytes]], timeout: float) -> PublishOutcome:
-        """Publish (subject, data, header lines encoded by `encode_headers`) in order; returns
+        """Publish (subject, data, header lines encoded by `wire.encode_header_lines`) in order; returns
         once every one is acknowledged. Raises PublishError if not all were acknowledged within
         `timeout`."""
         await self._ensure_subscribed()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,16 +46,9 @@ class SenderExtractor:
     def label(self) -> str:
         return self.field or self.header or (f"subject token {self.token}" if self.token else "")
 
-    def options(self) -> dict[str, str]:
-        return {"inspect_field": self.field, "inspect_header": self.header,
-                "inspect_subject_token": str(self.token), "inspect_force_field": self.force_field}  # fmt: skip
-
-    @classmethod
-    def from_options(cls, o: dict[str, str]) -> SenderExtractor:
-        return cls(o.get("inspect_field", ""), o.get("inspect_header", ""),
-                   int(o.get("inspect_subject_token", "0") or 0), o.get("inspect_force_field", ""))  # fmt: skip
-
-    def extract(self, subject: str, headers: dict[str, str] | None, data: bytes) -> tuple[str | None, bool]:
+    def extract(
+        self, subject: str, headers: list[tuple[str, str]] | None, data: bytes
+    ) -> tuple[str | None, bool]:
         """(sender or None when absent/not JSON, force)."""
         doc: Any = None
         if self.field or self.force_field:
@@ -66,8 +60,14 @@ class SenderExtractor:
         if self.field:
             return _text(_lookup(doc, self.field.split("."))), force
         if self.header:
-            return (headers or {}).get(self.header) or None, force
+            # The first value of a repeated header, as the Go original's Header.Get gives it.
+            return next((v for k, v in headers or () if k == self.header), None) or None, force
         if self.token == -1:
             return subject, force
         tokens = subject.split(".")
         return (tokens[self.token - 1] if 0 < self.token <= len(tokens) else None), force
+
+
+def bucket_of(key: str, buckets: int) -> int:
+    """The state bucket of a sender (crc32: stable across processes and releases)."""
+    return zlib.crc32(key.encode()) % buckets

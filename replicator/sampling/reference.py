@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from replicator.sampling.rules import Advisory, Message, SamplingParams, copy_interval_ms
+from replicator.sampling.rules import Advisory, Event, Message, SamplingParams, copy_interval_ms
 
 
 @dataclass
@@ -36,16 +36,16 @@ def reference(
         if st is not None:
             unseen = m.ts_ms - st.seen
             if unseen >= p.warn_ms and not st.warned:
-                advs.append(Advisory("timeout", m.sender, st.seen + p.warn_ms, st.seen, m.seq))
+                advs.append(Advisory(Event.TIMEOUT, m.sender, st.seen + p.warn_ms, st.seen, m.seq))
                 st.warned = True
             if unseen >= p.inspect_ms:
-                advs.append(Advisory("expire", m.sender, st.seen + p.inspect_ms, st.seen, m.seq))
+                advs.append(Advisory(Event.EXPIRE, m.sender, st.seen + p.inspect_ms, st.seen, m.seq))
                 del senders[m.sender]
                 st = None
             elif st.warned:
-                advs.append(Advisory("recover", m.sender, m.ts_ms, st.seen, m.seq))
+                advs.append(Advisory(Event.RECOVER, m.sender, m.ts_ms, st.seen, m.seq))
         if st is None:
-            advs.append(Advisory("new", m.sender, m.ts_ms, m.ts_ms, m.seq))
+            advs.append(Advisory(Event.NEW, m.sender, m.ts_ms, m.ts_ms, m.seq))
             senders[m.sender] = _Sender(m.ts_ms, m.ts_ms, m.size)
             copied.append(m.seq)
             continue
@@ -57,9 +57,9 @@ def reference(
         st.seen, st.size, st.warned = m.ts_ms, m.size, False
     for name, st in list(senders.items()):
         if final_clock_ms - st.seen >= p.warn_ms and not st.warned:
-            advs.append(Advisory("timeout", name, st.seen + p.warn_ms, st.seen))
+            advs.append(Advisory(Event.TIMEOUT, name, st.seen + p.warn_ms, st.seen))
         if final_clock_ms - st.seen >= p.inspect_ms:
-            advs.append(Advisory("expire", name, st.seen + p.inspect_ms, st.seen))
+            advs.append(Advisory(Event.EXPIRE, name, st.seen + p.inspect_ms, st.seen))
     return copied, advs
 
 

@@ -16,15 +16,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 
 PROTOCOL = "io.choria.sr.v2.age_advisory"
 KSUID_EPOCH = 1_400_000_000
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+class Event(StrEnum):
+    """What an advisory says about a sender (the `event` of io.choria.sr.v2.age_advisory)."""
+
+    NEW = "new"
+    TIMEOUT = "timeout"
+    RECOVER = "recover"
+    EXPIRE = "expire"
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,7 @@ class Message:
 
 @dataclass(frozen=True)
 class Advisory:
-    event: str  # new, timeout, recover, expire
+    event: Event
     sender: str
     event_ms: int
     seen_ms: int
@@ -124,18 +133,6 @@ class SenderTable:
     def __len__(self) -> int:
         return len(self.index)
 
-    # --- persistence (one value per bucket in Spark's state store) ---------------------------
-    def dumps(self) -> bytes:
-        cols = (self.keys, self.seen, self.copied, self.size, self.warned, self.clock_ms)
-        return pickle.dumps(cols, protocol=5)
-
-    @classmethod
-    def loads(cls, blob: bytes | None) -> SenderTable:
-        if not blob:
-            return cls()
-        keys, seen, copied, size, warned, clock = pickle.loads(blob)
-        return cls(keys, seen, copied, size, warned, clock)
-
     def rows(self) -> Iterable[tuple[str, int, int, int, bool]]:
         for k, i in self.index.items():
             yield k, int(self.seen[i]), int(self.copied[i]), int(self.size[i]), bool(self.warned[i])
@@ -166,17 +163,17 @@ class SenderTable:
                 gap = m.ts_ms - last_seen
                 if gap >= p.inspect_ms:
                     if not was_warned:
-                        advs.append(Advisory("timeout", s, last_seen + p.warn_ms, last_seen, m.seq))
-                    advs.append(Advisory("expire", s, last_seen + p.inspect_ms, last_seen, m.seq))
+                        advs.append(Advisory(Event.TIMEOUT, s, last_seen + p.warn_ms, last_seen, m.seq))
+                    advs.append(Advisory(Event.EXPIRE, s, last_seen + p.inspect_ms, last_seen, m.seq))
                     del index[s]
                     removed = True
                     i = None
                 elif was_warned or gap >= p.warn_ms:
                     if not was_warned:
-                        advs.append(Advisory("timeout", s, last_seen + p.warn_ms, last_seen, m.seq))
-                    advs.append(Advisory("recover", s, m.ts_ms, last_seen, m.seq))
+                        advs.append(Advisory(Event.TIMEOUT, s, last_seen + p.warn_ms, last_seen, m.seq))
+                    advs.append(Advisory(Event.RECOVER, s, m.ts_ms, last_seen, m.seq))
             if i is None:
-                advs.append(Advisory("new", s, m.ts_ms, m.ts_ms, m.seq))
+                advs.append(Advisory(Event.NEW, s, m.ts_ms, m.ts_ms, m.seq))
                 index[s] = len(seen) + len(new_rows)
                 new_keys.append(s)
                 new_rows.append([m.ts_ms, m.ts_ms, m.size, 0])
@@ -230,12 +227,12 @@ class SenderTable:
         timeout = ~self.warned & (self.seen <= clock - p.warn_ms)
         for i in np.flatnonzero(timeout):
             s, last = self.keys[i], int(self.seen[i])
-            advs.append(Advisory("timeout", s, last + p.warn_ms, last))
+            advs.append(Advisory(Event.TIMEOUT, s, last + p.warn_ms, last))
         self.warned |= timeout
         gone = np.flatnonzero(expire)
         for i in gone:
             s, last = self.keys[i], int(self.seen[i])
-            advs.append(Advisory("expire", s, last + p.inspect_ms, last))
+            advs.append(Advisory(Event.EXPIRE, s, last + p.inspect_ms, last))
             del self.index[s]
         if len(gone):
             self._rebuild([], [])

@@ -4,25 +4,22 @@
     df = (spark.readStream.format("nats-jetstream")
           .option("url", "nats://127.0.0.1:4222").option("stream", "ORDERS").load())
 
+Its options are those of `replicator.options.ReaderOptions` (parsed there, in one place).
+
 Offsets are stream sequences (`{"seq": next sequence to read}`) kept in Spark's checkpoint, so a
 restarted query re-reads exactly the ranges it had not committed. Each micro-batch covers
 `[start, end)`; the range is split into contiguous sub-ranges read in parallel by Spark tasks,
 and the partitions come back in sequence order, so `collect()`/`toArrow()` of a batch is in
-source order.
+source order. A task hands Spark one Arrow batch per chunk it reads, so its memory is bounded by
+the chunk, not by its range.
 
-Options: url (required), stream (required), filter_subject, start_sequence, start_time
-(RFC3339), start_at_end, max_messages_per_batch (admission control; default 10000),
-first_batch_messages (batches start this small and double with every full batch; default 2000),
-parallelism (ranges per batch; default 2), min_partition_messages (default 1000, so the first
-2,000-row batch already starts both read workers), tls_ca/tls_cert/tls_key.
-
-Sampling mode (`sampling=true`, with inspect_field / inspect_header / inspect_subject_token,
-inspect_force_field, sampling_buckets): rows also carry `sender`, `force`, `bucket` (a hash of
-the sender), `size` and `ts_ms`, and headers come as a JSON string. Each offset then also holds
-the batch's event-time clock: the time of its last message, or the wall clock once the reader
-has caught up with the stream (then a batch runs every `clock_interval_ms` even without new
-messages). Each batch carries one clock row (seq < 0) per bucket, so every bucket sees time
-move. The clock is in the checkpointed offset, so a replayed batch sees the same clock.
+Sampling mode (`sampling=true` and a sender key): rows also carry `sender`, `force`, `bucket` (a
+hash of the sender), `size` and `ts_ms`, and headers come as a JSON string. Each offset then
+also holds the batch's event-time clock: the time of its last message, or the wall clock once
+the reader has caught up with the stream (then a batch runs every `clock_interval_ms` even
+without new messages). Each batch carries one clock row (seq < 0) per bucket, so every bucket
+sees time move. The clock is in the checkpointed offset, so a replayed batch sees the same
+clock.
 """
 
 from __future__ import annotations
@@ -30,19 +27,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import zlib
 from collections.abc import Iterator, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from replicator.options import ReaderOptions
+
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from replicator.config import TLSConfig
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +88,6 @@ class BatchRamp:
         return min(available_end, begin + size)
 
 
-def bucket_of(key: str, buckets: int) -> int:
-    return zlib.crc32(key.encode()) % buckets
-
-
 def split_range(start: int, end: int, parallelism: int, min_size: int) -> list[SequenceRange]:
     """Contiguous sub-ranges in order; small ranges stay whole (a task costs more than it saves)."""
     n = end - start
@@ -107,53 +98,12 @@ def split_range(start: int, end: int, parallelism: int, min_size: int) -> list[S
     return [SequenceRange(s, min(s + size, end)) for s in range(start, end, size)]
 
 
-def _bool(v: str | None) -> bool:
-    return str(v).lower() in ("1", "true", "yes")
-
-
-def _tls(options: dict[str, str]) -> TLSConfig | None:
-    if not any(options.get(k) for k in ("tls_ca", "tls_cert", "tls_key")):
-        return None
-    from replicator.config import TLSConfig
-
-    return TLSConfig(
-        ca=options.get("tls_ca", ""), cert=options.get("tls_cert", ""), key=options.get("tls_key", "")
-    )
-
-
 class NatsJetStreamReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        try:
-            self.url = options["url"]
-            self.stream = options["stream"]
-        except KeyError as e:
-            raise ValueError(f"nats-jetstream: option {e.args[0]!r} is required") from None
-        self.filter_subject = options.get("filter_subject", "")
-        self.start_sequence = int(options.get("start_sequence", "0") or 0)
-        self.start_time = options.get("start_time") or None
-        self.start_at_end = _bool(options.get("start_at_end"))
-        # Never start below this (the replicator passes 1 + the last sequence already copied).
-        self.min_start_sequence = int(options.get("min_start_sequence", "0") or 0)
-        self.max_per_batch = int(options.get("max_messages_per_batch", "10000"))
-        if self.max_per_batch < 1:
-            raise ValueError("nats-jetstream: max_messages_per_batch must be at least 1")
-        self.ramp = BatchRamp(int(options.get("first_batch_messages", "2000")), self.max_per_batch)
-        self.parallelism = max(1, int(options.get("parallelism", "2")))
-        self.min_partition = max(1, int(options.get("min_partition_messages", "1000")))
-        self.chunk = max(1, int(options.get("read_chunk", "5000")))
-        self.tls = _tls(options)
-        self.sampling = _bool(options.get("sampling"))
-        self.buckets = max(1, int(options.get("sampling_buckets", "32")))
-        self.clock_interval_ms = int(options.get("clock_interval_ms", "1000"))
-        self.extractor: Any = None
-        if self.sampling:
-            from replicator.sampling.extract import SenderExtractor
-
-            self.extractor = SenderExtractor.from_options(options)
-            if not self.extractor.label:
-                raise ValueError(
-                    "nats-jetstream: sampling needs inspect_field, inspect_header or inspect_subject_token"
-                )
+    def __init__(self, options: ReaderOptions) -> None:
+        self.o = options
+        self.stream = options.stream
+        self.ramp = BatchRamp(options.first_batch_messages, options.max_messages_per_batch)
+        self.extractor = options.sampling.extractor() if options.sampling else None
         self._direct: bool | None = None
         self._warned_reset = False
         self._loop: Any = None
@@ -175,7 +125,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
             if self._loop is None:
                 self._loop = LoopThread("nats-jetstream-planner")
             self._nc = self._loop.run(
-                open_connection(self.url, self.tls, name=f"sr-planner-{self.stream}"), 60
+                open_connection(self.o.url, self.o.tls, name=f"sr-planner-{self.stream}"), 60
             )
         return self._loop, self._nc
 
@@ -185,13 +135,18 @@ class NatsJetStreamReader(DataSourceStreamReader):
         loop, nc = self._conn()
         info = loop.run(stream_info(nc, self.stream), 30)
         if info is None:
-            raise RuntimeError(f"nats-jetstream: stream {self.stream} does not exist on {self.url}")
+            raise RuntimeError(f"nats-jetstream: stream {self.stream} does not exist on {self._where()}")
         self._direct = bool(info.config.allow_direct)
         return info
 
+    def _where(self) -> str:
+        from replicator.nats.urls import parse_nats_url
+
+        return parse_nats_url(self.o.url).redacted()
+
     def initialOffset(self) -> dict:
-        start: dict[str, int] = {"seq": max(self._configured_start(), self.min_start_sequence)}
-        if self.sampling:
+        start: dict[str, int] = {"seq": max(self._configured_start(), self.o.min_start_sequence)}
+        if self.o.sampling:
             start["clock"] = 0
         return start
 
@@ -199,17 +154,16 @@ class NatsJetStreamReader(DataSourceStreamReader):
         from replicator.nats.jetstream import sequence_at_time
 
         info = self._info()
-        if self.start_at_end:
+        if self.o.start_at_end:
             return int(info.state.last_seq) + 1
-        if self.start_time:
+        if self.o.start_time is not None:
             loop, nc = self._conn()
-            when = datetime.fromisoformat(self.start_time.replace("Z", "+00:00"))
-            seq = loop.run(sequence_at_time(nc, self.stream, when, bool(self._direct)), 30)
+            seq = loop.run(sequence_at_time(nc, self.stream, self.o.start_time, bool(self._direct)), 30)
             return seq if seq is not None else int(info.state.last_seq) + 1
-        return max(self.start_sequence, int(info.state.first_seq), 1)
+        return max(self.o.start_sequence, int(info.state.first_seq), 1)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_per_batch)
+        return ReadMaxRows(self.o.max_messages_per_batch)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         info = self._info()
@@ -230,11 +184,11 @@ class NatsJetStreamReader(DataSourceStreamReader):
         elif isinstance(limit, ReadAllAvailable):
             cap = max(1, end - begin)
         else:
-            cap = self.max_per_batch
+            cap = self.o.max_messages_per_batch
         end = self.ramp.end(begin, end, cap)
-        if end <= begin and not self.sampling:
+        if end <= begin and not self.o.sampling:
             return start
-        if not self.sampling:
+        if not self.o.sampling:
             return {"seq": end}
         return self._with_clock(start, max(begin, end), caught_up=end > last)
 
@@ -245,9 +199,10 @@ class NatsJetStreamReader(DataSourceStreamReader):
         from replicator.nats.jetstream import message_time_ms
 
         begin, previous = int(start["seq"]), int(start.get("clock", 0))
+        assert self.o.sampling is not None
         if caught_up:
             now = int(time.time() * 1000)
-            if end == begin and now - previous < self.clock_interval_ms:
+            if end == begin and now - previous < self.o.sampling.clock_interval_ms:
                 return start  # nothing new, and too soon to move the clock
             clock = now
         else:
@@ -260,10 +215,10 @@ class NatsJetStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         parts: list[InputPartition] = list(
-            split_range(int(start["seq"]), int(end["seq"]), self.parallelism, self.min_partition)
+            split_range(int(start["seq"]), int(end["seq"]), self.o.parallelism, self.o.min_partition_messages)
         )
-        if self.sampling:
-            parts.append(ClockRows(int(end.get("clock", 0)), self.buckets))
+        if self.o.sampling:
+            parts.append(ClockRows(int(end.get("clock", 0)), self.o.sampling.sampling_buckets))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -275,29 +230,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
             yield clock_batch(self.stream, partition.clock_ms, partition.buckets)
             return
         assert isinstance(partition, SequenceRange)
-        import asyncio
-
-        from replicator.nats.connect import open_connection
-        from replicator.nats.jetstream import read_range
-
-        async def fetch() -> list[list[Any]]:
-            nc = await open_connection(self.url, self.tls, name=f"sr-reader-{self.stream}")
-            try:
-                return await read_range(
-                    nc,
-                    self.stream,
-                    self.filter_subject,
-                    partition.start,
-                    partition.end,
-                    self._direct,
-                    self.chunk,
-                )
-            finally:
-                await nc.close()
-
-        for chunk in asyncio.run(fetch()):
-            if self.sampling:
-                yield to_sampling_batch(self.stream, chunk, self.extractor, self.buckets)
+        for chunk in read_range_chunks(self.o, partition.start, partition.end, self._direct):
+            if self.o.sampling is not None and self.extractor is not None:
+                yield to_sampling_batch(self.stream, chunk, self.extractor, self.o.sampling.sampling_buckets)
             else:
                 yield to_record_batch(self.stream, chunk)
 
@@ -320,7 +255,40 @@ class NatsJetStreamDataSource(DataSource):
         return "nats-jetstream"
 
     def schema(self) -> str:
-        return SAMPLING_SCHEMA_DDL if _bool(self.options.get("sampling")) else SCHEMA_DDL
+        return SAMPLING_SCHEMA_DDL if ReaderOptions.from_spark(self.options).sampling else SCHEMA_DDL
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return NatsJetStreamReader(dict(self.options))
+        return NatsJetStreamReader(ReaderOptions.from_spark(self.options))
+
+
+def read_range_chunks(
+    o: ReaderOptions, start: int, end: int, direct: bool | None = None
+) -> Iterator[list[Any]]:
+    """Messages with start <= seq < end, one chunk at a time, on a connection of its own (a
+    task's, or the catch-up's). `direct`: whether the stream allows direct gets (None: ask it)."""
+    import asyncio
+
+    from replicator.nats.connect import open_connection
+    from replicator.nats.jetstream import stream_info
+    from replicator.nats.readers import read_chunks
+
+    loop = asyncio.new_event_loop()
+    nc = loop.run_until_complete(open_connection(o.url, o.tls, name=f"sr-reader-{o.stream}"))
+    try:
+        if direct is None:
+            info = loop.run_until_complete(stream_info(nc, o.stream))
+            direct = bool(info and info.config.allow_direct)
+        chunks = read_chunks(
+            nc, o.stream, start, end, direct=direct, filter_subject=o.filter_subject,
+            chunk_messages=o.chunk_messages, chunk_bytes=o.chunk_bytes,
+        )  # fmt: skip
+        while True:
+            try:
+                chunk = loop.run_until_complete(anext(chunks))
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(nc.close())
+        loop.close()

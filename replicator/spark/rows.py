@@ -1,15 +1,20 @@
-"""Arrow record batches for the `nats-jetstream` source's rows (kept apart from the source
-itself so that only the processes that read messages import pyarrow)."""
+"""Arrow record batches of the `nats-jetstream` source's rows (apart from the source itself, so
+that only the processes that read messages import pyarrow).
+
+Headers keep every value of a repeated name, in order: a map column of (name, value) entries
+for a copy (Arrow and Spark keep a map's entries as given), a JSON array of [name, value] pairs
+for a sampled row.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import pyarrow as pa
 
-from replicator.spark.datasource import bucket_of
+from replicator.nats.readers import RawMessage
+from replicator.sampling.extract import SenderExtractor, bucket_of
 
 SAMPLING_ARROW_SCHEMA = pa.schema(
     [
@@ -37,7 +42,9 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
-def to_sampling_batch(stream: str, msgs: Sequence[Any], extractor: Any, buckets: int) -> pa.RecordBatch:
+def to_sampling_batch(
+    stream: str, msgs: Sequence[RawMessage], extractor: SenderExtractor, buckets: int
+) -> pa.RecordBatch:
     senders, forces, bucket_ids = [], [], []
     for m in msgs:
         sender, force = extractor.extract(m.subject, m.headers, m.data)
@@ -81,7 +88,7 @@ def clock_batch(stream: str, clock_ms: int, buckets: int) -> pa.RecordBatch:
     )
 
 
-def to_record_batch(stream: str, msgs: Sequence[Any]) -> pa.RecordBatch:
+def to_record_batch(stream: str, msgs: Sequence[RawMessage]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [
             pa.array([stream] * len(msgs), pa.string()),
@@ -89,7 +96,7 @@ def to_record_batch(stream: str, msgs: Sequence[Any]) -> pa.RecordBatch:
             pa.array([m.subject for m in msgs], pa.string()),
             pa.array([m.ts_ns // 1000 for m in msgs], pa.timestamp("us", tz="UTC")),
             pa.array(
-                [list(m.headers.items()) if m.headers else None for m in msgs],
+                [m.headers or None for m in msgs],
                 pa.map_(pa.string(), pa.string()),
             ),
             pa.array([m.data for m in msgs], pa.binary()),

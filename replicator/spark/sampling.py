@@ -6,7 +6,7 @@
 Senders are hashed into `sampling_buckets` buckets; a bucket's sender table is one value in
 Spark's state store (RocksDB, in the checkpoint under state_store), so kill -9 and restart
 continue exactly where the last committed batch left off. One group per sender was measured
-20x slower (shared notes): the per-group Python cost dominated.
+20x slower before this design: the per-group Python cost dominated.
 """
 
 from __future__ import annotations
@@ -23,15 +23,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator.aio import LoopThread
+from replicator.headers import MSG_ID_HEADER
 from replicator.metrics import metrics
 from replicator.nats.connect import open_connection
-from replicator.sampling.rules import Message, SamplingParams, SenderTable
+from replicator.sampling import state
+from replicator.sampling.rules import Message, SamplingParams
 from replicator.spark.rows import ARROW_SCHEMA
 from replicator.spark.sink import OrderedSink, PublishError
 
 log = logging.getLogger(__name__)
 
-OUTPUT_SCHEMA = "kind STRING, seq BIGINT, subject STRING, ts_ms BIGINT, headers STRING, data BINARY, size INT"
+# One row per message (kind copy or skip) and per advisory (kind adv, with its event).
+OUTPUT_SCHEMA = (
+    "kind STRING, seq BIGINT, subject STRING, ts_ms BIGINT, headers STRING, data BINARY, size INT, "
+    "event STRING"
+)
+# A bucket's sender table, encoded by replicator.sampling.state.
 STATE_SCHEMA = "table BINARY"
 KIND_COPY, KIND_SKIP, KIND_ADVISORY = "copy", "skip", "adv"
 
@@ -39,8 +46,8 @@ KIND_COPY, KIND_SKIP, KIND_ADVISORY = "copy", "skip", "adv"
 def bucket_function(
     p: SamplingParams,
 ) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    def decide(key: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
-        table = SenderTable.loads(state.get[0] if state.exists else None)
+    def decide(key: Any, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
+        table = state.decode(group_state.get[0] if group_state.exists else None)
         df = pd.concat(list(frames), ignore_index=True)
         clock_ms = int(df.loc[df["seq"] < 0, "ts_ms"].max()) if (df["seq"] < 0).any() else table.clock_ms
         rows = df[df["seq"] >= 0].sort_values("seq")
@@ -52,9 +59,9 @@ def bucket_function(
         ]
         copies, advs = table.process(msgs, clock_ms, p)
         if len(table):
-            state.update((table.dumps(),))
-        elif state.exists:
-            state.remove()
+            group_state.update((state.encode(table),))
+        elif group_state.exists:
+            group_state.remove()
         out = pd.DataFrame(
             {
                 "kind": [KIND_COPY if c else KIND_SKIP for c in copies],
@@ -64,6 +71,7 @@ def bucket_function(
                 "headers": [h if c else None for h, c in zip(rows["headers"], copies, strict=True)],
                 "data": [d if c else None for d, c in zip(rows["data"], copies, strict=True)],
                 "size": rows["size"].to_numpy(),
+                "event": None,
             }
         )
         if advs:
@@ -73,9 +81,10 @@ def bucket_function(
                     "seq": [a.seq for a in advs],
                     "subject": [a.subject(p.advisory_subject) for a in advs],
                     "ts_ms": [a.event_ms for a in advs],
-                    "headers": [json.dumps({"Nats-Msg-Id": a.event_id(p.stream)}) for a in advs],
+                    "headers": [json.dumps([[MSG_ID_HEADER, a.event_id(p.stream)]]) for a in advs],
                     "data": [a.payload(p) for a in advs],
                     "size": 0,
+                    "event": [str(a.event) for a in advs],
                 }
             )
             out = pd.concat([out, adv], ignore_index=True)
@@ -85,8 +94,10 @@ def bucket_function(
 
 
 def _headers_map(values: list[str | None]) -> pa.Array:
+    """The JSON [[name, value], ...] of each row as a map column (repeated names kept)."""
     return pa.array(
-        [list(json.loads(h).items()) if h else None for h in values], pa.map_(pa.string(), pa.string())
+        [[tuple(pair) for pair in json.loads(h)] if h else None for h in values],
+        pa.map_(pa.string(), pa.string()),
     )
 
 
@@ -109,7 +120,6 @@ class SamplingSink:
         self.reliable = reliable
         self.publish_advisories = publish_advisories
         self._nc: Any = None
-        self.advisories_published = 0
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -119,9 +129,10 @@ class SamplingSink:
         advs = table.filter(pc.equal(kinds, KIND_ADVISORY)).sort_by(
             [("ts_ms", "ascending"), ("seq", "ascending")]
         )
+        settings = self.ordered.settings
         standard = pa.table(
             {
-                "stream": pa.array([self.ordered.s.source_stream] * msgs.num_rows, pa.string()),
+                "stream": pa.array([settings.source_stream] * msgs.num_rows, pa.string()),
                 "seq": msgs.column("seq"),
                 "subject": msgs.column("subject"),
                 "timestamp": pc.cast(pc.multiply(msgs.column("ts_ms"), 1000), pa.timestamp("us", tz="UTC")),
@@ -134,15 +145,13 @@ class SamplingSink:
         result = self.ordered.publish_table(standard, copy_mask=copy, sizes=msgs.column("size"))
         if advs.num_rows and self.publish_advisories:
             self.loop.run(self._advise(advs), timeout=None)
-            self.advisories_published += advs.num_rows
-        m = metrics()
-        for doc in advs.column("data").to_pylist():
-            m.advisories.labels(
-                self.ordered.s.source_stream, self.ordered.s.replicator, self.ordered.s.config_name,
-                json.loads(doc)["event"],
-            ).inc()  # fmt: skip
+            # Counted once published: a batch that failed before is replayed and counted then.
+            counts = pc.value_counts(advs.column("event")).to_pylist()
+            advisories = metrics().advisories
+            for c in counts:
+                advisories.labels(*self.ordered.labels.values(), c["values"]).inc(c["counts"])
         result.seconds = time.monotonic() - started
-        self.ordered._account(result)
+        self.ordered.account(result)
         log.debug("batch %d: %d messages, %d copied, %d advisories", batch_id, result.received,
                   result.copied, advs.num_rows)  # fmt: skip
 
@@ -155,7 +164,7 @@ class SamplingSink:
         nc = await self._conn()
         subjects = advs.column("subject").to_pylist()
         datas = advs.column("data").to_pylist()
-        headers = [json.loads(h) for h in advs.column("headers").to_pylist()]
+        headers = [dict(json.loads(h)) for h in advs.column("headers").to_pylist()]
         if not self.reliable:
             for subject, data in zip(subjects, datas, strict=True):
                 await nc.publish(subject, data)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -84,3 +86,20 @@ def build_session(
     spark.sparkContext.setLogLevel(merged.get("spark.log.level", "WARN"))
     spark.dataSource.register(NatsJetStreamDataSource)
     return spark
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, key: str, value: str | None) -> Iterator[None]:
+    """`key` set to `value` (None: left as it is) while the block runs, then restored."""
+    if value is None:
+        yield
+        return
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)

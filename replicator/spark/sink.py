@@ -24,8 +24,10 @@ from replicator.aio import LoopThread
 from replicator.config import TLSConfig
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, format_source_header, message_id
 from replicator.metrics import MetricLabels, metrics
-from replicator.nats.connect import FastHeaderClient, encode_headers, open_connection
+from replicator.nats.client import ReplicatorClient
+from replicator.nats.connect import open_connection
 from replicator.nats.publisher import PipelinedPublisher, PublishError, PublishOutcome
+from replicator.nats.wire import encode_header_lines
 from replicator.spark.inflight import InflightRecord
 from replicator.subjects import rewrite_subject
 
@@ -39,7 +41,6 @@ class BatchResult:
     copied: int = 0
     copied_bytes: int = 0
     too_old: int = 0
-    already_copied: int = 0
     duplicates: int = 0
     last_seq: int = 0
     seconds: float = 0.0
@@ -73,7 +74,7 @@ class OrderedSink:
     def __init__(
         self, settings: SinkSettings, loop: LoopThread, floor: int = 0, inflight: InflightRecord | None = None
     ) -> None:
-        self.s = settings
+        self.settings = settings
         self.loop = loop
         # Where the batch being published is recorded until acknowledged (None: publish in the
         # foreachBatch call itself; the sampling sink does, its decisions are not re-derivable).
@@ -81,16 +82,15 @@ class OrderedSink:
         self._pending: Future[None] | None = None
         # Highest source sequence known to be in the target: never published again.
         self.floor = floor
-        self._nc: FastHeaderClient | None = None
+        self._nc: ReplicatorClient | None = None
         self._publisher: PipelinedPublisher | None = None
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
         self.totals = BatchResult()
-        self.last_batch: BatchResult | None = None
 
-    async def _conn(self) -> FastHeaderClient:
+    async def _conn(self) -> ReplicatorClient:
         if self._nc is None or self._nc.is_closed:
             self._nc = await open_connection(
-                self.s.target_url, self.s.tls, name=f"sr-target-{self.s.config_name}"
+                self.settings.target_url, self.settings.tls, name=f"sr-target-{self.settings.config_name}"
             )
         return self._nc
 
@@ -104,7 +104,7 @@ class OrderedSink:
         if self.inflight is None:
             result = self.publish_table(table)
             result.seconds = time.monotonic() - started
-            self._account(result)
+            self.account(result)
         else:
             self.wait_published()
             todo, result = self.select(table)
@@ -114,7 +114,7 @@ class OrderedSink:
             else:
                 self.floor = max(self.floor, result.last_seq)
                 result.seconds = time.monotonic() - started
-                self._account(result)
+                self.account(result)
         log.debug(
             "batch %d: %d rows, collect %.3fs, then %.3fs",
             batch_id,
@@ -130,7 +130,7 @@ class OrderedSink:
         # sees the floor and the totals already moved.
         self.floor = max(self.floor, r.last_seq)
         r.seconds = time.monotonic() - started
-        self._account(r)
+        self.account(r)
         if self.inflight is not None:
             self.inflight.clear()
 
@@ -167,7 +167,7 @@ class OrderedSink:
         """Publish rows read again from the source (what an earlier run left in flight), and
         count them like any batch."""
         result = self.publish_table(table)
-        self._account(result)
+        self.account(result)
         return result
 
     def select(
@@ -188,11 +188,10 @@ class OrderedSink:
         seqs = table.column("seq")
         r.last_seq = int(pc.max(seqs).as_py())
         keep = pc.greater(seqs, self.floor)
-        r.already_copied = table.num_rows - int(pc.sum(keep).as_py() or 0)
         if copy_mask is not None:
             keep = pc.and_(keep, copy_mask)
-        if self.s.max_age_seconds is not None:
-            cutoff_us = int(((now or time.time()) - self.s.max_age_seconds) * 1e6)
+        if self.settings.max_age_seconds is not None:
+            cutoff_us = int(((now or time.time()) - self.settings.max_age_seconds) * 1e6)
             fresh = pc.greater_equal(pc.cast(table.column("timestamp"), pa.int64()), cutoff_us)
             r.too_old = int(pc.sum(pc.and_(keep, pc.invert(fresh))).as_py() or 0)
             keep = pc.and_(keep, fresh)
@@ -214,14 +213,14 @@ class OrderedSink:
             raise
         except Exception as e:
             raise PublishError(
-                f"publishing to target stream {self.s.target_stream} failed: {e!r}; the batch will be retried"
+                f"publishing to target stream {self.settings.target_stream} failed: {e!r}; the batch will be retried"
             ) from e
 
     async def _publish_all(self, table: pa.Table) -> PublishOutcome:
         nc = await self._conn()
         if self._publisher is None or self._publisher.nc is not nc:
-            self._publisher = PipelinedPublisher(nc, self.s.target_stream, self.s.max_pending)
-        s = self.s
+            self._publisher = PipelinedPublisher(nc, self.settings.target_stream, self.settings.max_pending)
+        s = self.settings
         source, replicator, config_name, identity = (
             s.source_stream,
             s.replicator,
@@ -243,7 +242,7 @@ class OrderedSink:
 
         def messages() -> Iterator[tuple[str, bytes, bytes]]:
             for subject, seq, ts, hdr, data in zip(subjects, seqs, ts_ms, headers, datas, strict=True):
-                own = encode_headers((k, v) for k, v in hdr if k not in ours) if hdr else b""
+                own = encode_header_lines((k, v) for k, v in hdr if k not in ours) if hdr else b""
                 lines = line % (
                     own,
                     src_name,
@@ -267,7 +266,8 @@ class OrderedSink:
             )
         return outcome
 
-    def _account(self, r: BatchResult) -> None:
+    def account(self, r: BatchResult) -> None:
+        """Count a handled batch in the metrics and the totals."""
         m = metrics()
         lab = self.labels
         lab.of(m.received_msgs).inc(r.received)
@@ -287,17 +287,15 @@ class OrderedSink:
         t.copied += r.copied
         t.copied_bytes += r.copied_bytes
         t.too_old += r.too_old
-        t.already_copied += r.already_copied
         t.duplicates += r.duplicates
         t.last_seq = max(t.last_seq, r.last_seq)
-        self.last_batch = r
 
     def close(self, grace: float = 10.0) -> None:
         try:
             self.wait_published(grace)
         except Exception as e:  # its in-flight record stays: the next start publishes it
             log.warning("%s: the last batch was not fully published (%s); it will be on the next start",
-                        self.s.source_stream, e)  # fmt: skip
+                        self.settings.source_stream, e)  # fmt: skip
         if self._nc is not None and not self._nc.is_closed:
             try:
                 self.loop.run(self._nc.close(), 5)

@@ -12,14 +12,17 @@ from helpers import (
     cli,
     create_stream,
     publish,
+    publish_raw,
     run,
     start_replicator,
     wait_for,
     write_config,
 )
 
-from replicator.nats.jetstream import count_messages as count
-from replicator.nats.jetstream import read_all, stream_info
+from harness.streams import count_messages as count
+from harness.streams import read_all
+from replicator.nats.jetstream import stream_info
+from replicator.nats.wire import first_value
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +31,8 @@ def _seqs(url: str, stream: str) -> list[int]:
     from replicator.headers import SOURCE_HEADER, parse_source_header
 
     return [
-        parse_source_header((m.headers or {}).get(SOURCE_HEADER)).sequence for m in run(read_all(url, stream))
+        parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence
+        for m in run(read_all(url, stream))
     ]  # type: ignore[union-attr]
 
 
@@ -213,3 +217,39 @@ def test_validate_accepts_a_good_file(tmp_path: Path) -> None:
     )
     r = cli("validate", "--config", str(f))
     assert r.returncode == 0 and "ok (1 stream)" in r.stdout
+
+
+def test_a_stream_without_direct_gets_is_copied_exactly_with_every_header_value(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """The consumer fallback (no `allow_direct` on the source), through Spark, with a filter:
+    every matching message once, in order, every value of a repeated header kept."""
+    from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER
+
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "ND", ["nd.>"], allow_direct=False))
+    items = [
+        (f"nd.{'keep' if i % 3 else 'drop'}.{i}", f"m{i}".encode(), [("X-Tag", "a"), ("X-Tag", f"b{i}")])
+        for i in range(1, 3001)
+    ]
+    seqs = run(publish_raw(src, items))
+    cfg = write_config(
+        tmp_path / "sr.yaml",
+        "dc1",
+        [{"stream": "ND", "source_url": src, "target_url": dst, "filter_subject": "nd.keep.>"}],
+    )
+    want = [(s, it) for s, it in zip(seqs, items, strict=True) if ".keep." in it[0]]
+    rep = start_replicator(cfg, wait=True)
+    try:
+        wait_for(lambda: run(count(dst, "ND")) >= len(want), 180, "the filtered copy", rep)
+        # And what arrives later, while the query runs, too.
+        late = run(publish_raw(src, [("nd.keep.late", b"late", [("X-Tag", "z"), ("X-Tag", "y")])]))
+        wait_for(lambda: run(count(dst, "ND")) >= len(want) + 1, 60, "the late message", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    got = run(read_all(dst, "ND"))
+    assert _seqs(dst, "ND") == [s for s, _ in want] + late
+    for m, (_, (subject, data, headers)) in zip(got, want, strict=False):
+        assert (m.subject, m.data) == (subject, data)
+        assert [(k, v) for k, v in m.headers or [] if k not in (SOURCE_HEADER, MSG_ID_HEADER)] == headers
+    assert [(k, v) for k, v in got[-1].headers or [] if k == "X-Tag"] == [("X-Tag", "z"), ("X-Tag", "y")]

@@ -17,7 +17,7 @@ from helpers import run
 from emulator.planlog import read_log
 from emulator.scenario import load_scenario
 from emulator.schedule import Schedule
-from replicator.nats.jetstream import count_messages, read_all
+from harness.streams import count_messages, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ def test_ten_thousand_node_fleet_lands_exactly_the_planned_messages(nats_server,
 def test_a_server_restart_mid_run_loses_nothing_and_keeps_the_schedule(tmp_path: Path) -> None:
     # The server process itself is restarted (same port and store), so this test drives the
     # nats-server binary directly rather than the shared fixture.
-    from replicator.localnats import local_cluster
+    from harness.localnats import local_cluster
 
     scenario = {
         "name": "restart",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import run
 
-from replicator.nats.jetstream import count_messages as count
+from harness.streams import count_messages as count
 
 pytestmark = pytest.mark.integration
 

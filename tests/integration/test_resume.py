@@ -17,9 +17,10 @@ from helpers import (
     write_config,
 )
 
+from harness.streams import count_messages as count
+from harness.streams import read_all
 from replicator.headers import SOURCE_HEADER, parse_source_header
-from replicator.nats.jetstream import count_messages as count
-from replicator.nats.jetstream import read_all
+from replicator.nats.wire import first_value
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +53,7 @@ def test_kill9_mid_copy_then_restart_gives_exact_copy(source_server, nats_server
         assert rep2.stop() == 0, rep2.output()
     got = run(read_all(dst, "ORDERS"))
     want = run(read_all(src, "ORDERS"))
-    seqs = [parse_source_header((m.headers or {}).get(SOURCE_HEADER)).sequence for m in got]  # type: ignore[union-attr]
+    seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in got]  # type: ignore[union-attr]
     assert seqs == [m.seq for m in want], "target must equal source sequence by sequence, no duplicates"
     assert [m.data for m in got] == [m.data for m in want]
     assert "resuming after it" in rep2.output()
@@ -119,6 +120,6 @@ def test_a_target_refusing_for_a_while_loses_nothing(source_server, nats_server,
     finally:
         assert rep.stop() == 0, rep.output()
     got = run(read_all(dst, "ORDERS"))
-    seqs = [parse_source_header((m.headers or {}).get(SOURCE_HEADER)).sequence for m in got]  # type: ignore[union-attr]
+    seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in got]  # type: ignore[union-attr]
     assert seqs == list(range(1, len(items) + 1)), "every message once, in source order"
     assert "left in flight" in rep.output()

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,12 @@ import orjson
 import pytest
 import yaml
 from helpers import create_stream, publish, run, start_replicator, wait_for, write_config
+from prometheus_client.parser import text_string_to_metric_families
 
+from harness.streams import count_messages as count
+from harness.streams import read_all
 from replicator.headers import parse_source_header
-from replicator.nats.jetstream import count_messages as count
-from replicator.nats.jetstream import read_all
+from replicator.nats.wire import first_value
 from replicator.sampling.reference import reference
 from replicator.sampling.rules import Message, SamplingParams
 
@@ -56,6 +59,25 @@ def emulate(scenario: Path, url: str) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def advisories_counted(metrics_url: str) -> dict[str, int]:
+    with urllib.request.urlopen(metrics_url, timeout=5) as r:
+        text = r.read().decode()
+    return {
+        s.labels["event"]: int(s.value)
+        for fam in text_string_to_metric_families(text)
+        if fam.name == "choria_stream_replicator_replicator_advisories"
+        for s in fam.samples
+        if s.name.endswith("_total")
+    }
+
+
+def checkpoint_partitions(entry_dir: Path) -> str:
+    """The shuffle partitions Spark recorded with a query's first batch."""
+    first = sorted((entry_dir / "checkpoint" / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))[0]
+    meta = json.loads(first.read_text().splitlines()[1])
+    return str(meta["conf"]["spark.sql.shuffle.partitions"])
+
+
 def sampling_stream(src: str, dst: str, **over: Any) -> dict[str, Any]:
     cfg: dict[str, Any] = {
         "stream": "REG",
@@ -89,7 +111,7 @@ def copied(dst: str, target: str, config_name: str) -> list[int]:
     """Source sequences of the copies in the target, in target order (each carries its mark)."""
     seqs = []
     for m in run(read_all(dst, target)):
-        mark = parse_source_header((m.headers or {}).get("Choria-SR-Source"))
+        mark = parse_source_header(first_value(m.headers, "Choria-SR-Source"))
         assert mark is not None and mark.config_name == config_name
         seqs.append(mark.sequence)
     return seqs
@@ -136,21 +158,23 @@ def test_fleet_sampling_matches_the_rules_copy_by_copy_and_advisory_by_advisory(
             {"type": "force", "at": "55m", "count": 7},  # force field true
         ],
     )
-    cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)], monitor_port=0)
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)])
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: "replicating to" in rep.output(), 120, "the query to start", rep)
+        rep.wait_ready(120)
         emulate(scenario, src)
         want_copied, want_advs = expected(src, "REG", by_sender_field, params())
         wait_advisories(src, len(want_advs), rep)
         wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "copies", rep)
         time.sleep(2)  # nothing more may arrive
+        counted = advisories_counted(rep.metrics_url)
     finally:
         assert rep.stop() == 0, rep.output()
     copied, advs, docs = got(src, dst, "REG", "ADV", "dc1")
     assert copied == want_copied
     assert advs == want_advs
     events = Counter(e for _, e, _ in advs)
+    assert counted == dict(events)  # the metric counts what was published, by event
     assert events["recover"] >= 8 and events["expire"] >= 11 and events["new"] == 200 + 6
     # Steady nodes: one copy per inspect interval of their 300 s publishes (~12x fewer).
     published = run(count(src, "REG"))
@@ -169,20 +193,21 @@ def test_header_and_subject_token_keys_and_messages_without_a_sender(
     run(create_stream(src, "ADV", ["choria.adv.>"]))
     streams = [
         sampling_stream(src, dst, stream="BYHDR", name="hdr", inspect_field="", inspect_header="X-Node",
-                        inspect_force_field="", target_stream="HDR_COPY", target_subject_prefix="copy"),
+                        inspect_force_field="", target_stream="HDR_COPY", target_subject_prefix="copy",
+                        sampling_partitions=3),
         sampling_stream(src, dst, stream="BYTOK", name="tok", inspect_field="", inspect_subject_token=2,
                         inspect_force_field="", target_stream="TOK_COPY", target_subject_prefix="copy"),
     ]  # fmt: skip
-    cfg = write_config(tmp_path / "sr.yaml", "dc1", streams, monitor_port=0)
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", streams)
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: rep.output().count("replicating to") >= 2, 120, "both queries to start", rep)
+        rep.wait_ready(120)
         for _ in range(8):  # every 0.5 s for 4 s: within one inspect interval
             hdr = [(f"hdr.{i}", b"x" * 100, {"X-Node": f"n{i}"} if i < 5 else None) for i in range(8)]
             tok = [(f"tok.n{i}.reg", b"y" * 100, None) for i in range(5)] + [("tok", b"z", None)]
             run(publish(src, hdr + tok))
             time.sleep(0.5)
-        want_h = expected(src, "BYHDR", lambda m: ((m.headers or {}).get("X-Node"), False), params("BYHDR"))
+        want_h = expected(src, "BYHDR", lambda m: (first_value(m.headers, "X-Node"), False), params("BYHDR"))
         want_t = expected(src, "BYTOK", lambda m: ([*m.subject.split("."), None][1], False), params("BYTOK"))
         wait_advisories(src, len(want_h[1]) + len(want_t[1]), rep)
         wait_for(lambda: run(count(dst, "TOK_COPY")) >= len(want_t[0]), 60, "token copies", rep)
@@ -197,6 +222,9 @@ def test_header_and_subject_token_keys_and_messages_without_a_sender(
     assert len(copied_h) == 24 + 5
     # "tok" has no second token: its 8 messages are all copied, plus the 5 senders once.
     assert len(copied_t) == 8 + 5
+    # Each sampled query's shuffle partitions come from its config, frozen in its checkpoint.
+    assert checkpoint_partitions(tmp_path / "state" / "BYHDR_hdr") == "3"
+    assert checkpoint_partitions(tmp_path / "state" / "BYTOK_tok") == "2"  # 32 buckets / 16
     advs = sorted(
         (d["value"], d["event"], d["timestamp"])
         for d in (json.loads(a.data) for a in run(read_all(src, "ADV")))
@@ -211,9 +239,9 @@ def test_kill_9_and_a_backlog_longer_than_warn_give_no_false_timeouts_and_nothin
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "REG", SUBJECTS))
     run(create_stream(src, "ADV", ["choria.adv.>"]))
-    cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)], monitor_port=0)
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)])
     rep = start_replicator(cfg)
-    wait_for(lambda: "replicating to" in rep.output(), 120, "the query to start", rep)
+    rep.wait_ready(120)
     # The fleet publishes for 12 s (2 inspect intervals); the replicator is killed -9 after 4 s
     # and stays down for ~8 s (more than warn_duration) while the fleet keeps publishing.
     fleet = subprocess.Popen(
@@ -251,10 +279,10 @@ def test_admin_state_lists_tracked_senders_from_the_checkpoint(
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "REG", SUBJECTS))
     stream = sampling_stream(src, dst, inspect_duration="1h", warn_duration="30m", advisory=None)
-    cfg = write_config(tmp_path / "sr.yaml", "dc1", [stream], monitor_port=0)
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [stream])
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: "replicating to" in rep.output(), 120, "the query to start", rep)
+        rep.wait_ready(120)
         for size in (1000, 1100, 1200):  # 100-byte steps: below size_trigger
             items = [(f"{SUBJECTS[0][:-1]}n{i}", json.dumps({"sender": f"n{i}", "pad": "x" * size}).encode(), None)
                      for i in range(5)]  # fmt: skip

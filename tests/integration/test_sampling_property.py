@@ -19,11 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nats.js.api import StreamConfig
 
-from replicator.nats.jetstream import read_all
+from harness.servers import NatsCluster, nats_cluster
+from harness.streams import read_all
+from replicator.options import ReaderOptions, SamplingOptions
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.reference import reference
 from replicator.sampling.rules import Message, SamplingParams
-from replicator.servers import NatsCluster, nats_cluster
 from replicator.spark.sampling import KIND_ADVISORY, KIND_COPY, OUTPUT_SCHEMA, STATE_SCHEMA, bucket_function
 
 pytestmark = pytest.mark.integration
@@ -97,8 +98,11 @@ def test_spark_pipeline_decides_exactly_like_the_reference(
     asyncio.run(publish_with_gaps(server.url, stream, evts))
     p = SamplingParams(INSPECT_MS, WARN_MS, 150, stream, "prop", "sender", "adv.%s.%v")
     extractor = SenderExtractor(field="sender", force_field="force")
-    opts = {"url": server.url, "stream": stream, "sampling": "true", "max_messages_per_batch": str(batch),
-            "sampling_buckets": str(buckets), "clock_interval_ms": "200", **extractor.options()}  # fmt: skip
+    opts = ReaderOptions(
+        url=server.url, stream=stream, max_messages_per_batch=batch,
+        sampling=SamplingOptions(inspect_field="sender", inspect_force_field="force",
+                                 sampling_buckets=buckets, clock_interval_ms=200),
+    ).to_spark()  # fmt: skip
     rows: list[Any] = []
     checkpoint = tmp_path_factory.mktemp("ckpt")
     query = (

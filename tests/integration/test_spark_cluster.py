@@ -22,10 +22,11 @@ from helpers import (
     write_config,
 )
 
+from harness.localnats import free_port
+from harness.streams import count_messages as count
+from harness.streams import read_all
 from replicator.headers import SOURCE_HEADER, parse_source_header
-from replicator.localnats import free_port
-from replicator.nats.jetstream import count_messages as count
-from replicator.nats.jetstream import read_all
+from replicator.nats.wire import first_value
 
 pytestmark = pytest.mark.integration
 
@@ -117,7 +118,7 @@ def test_runs_on_a_spark_standalone_cluster(
     finally:
         assert rep.stop() == 0, rep.output()
     got = [
-        parse_source_header((m.headers or {}).get(SOURCE_HEADER)).sequence for m in run(read_all(dst, "CL"))
+        parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in run(read_all(dst, "CL"))
     ]  # type: ignore[union-attr]
     assert got == list(range(1, 5_001))
     # The read tasks really ran on the standalone worker's executor, not in a local driver.

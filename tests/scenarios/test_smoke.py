@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from replicator.scenario.runner import evaluate, run_scenario
-from replicator.scenario.spec import Expect, load_spec
+from harness.scenario.runner import evaluate, run_scenario
+from harness.scenario.spec import Expect, load_spec
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from nats.js.api import StreamConfig
 from emulator.publisher import FleetPublisher
 from emulator.scenario import parse_scenario
 from emulator.schedule import Schedule
+from harness.localnats import local_cluster
 from replicator.config import parse_config
-from replicator.localnats import local_cluster
 from replicator.logs import setup_logging
 from replicator.metrics import metrics
 from replicator.runner import Runner

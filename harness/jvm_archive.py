@@ -1,4 +1,4 @@
-"""`stream-replicator jvm-archive`: build the Spark driver's class-data-sharing archive.
+"""`python -m harness jvm-archive`: build the Spark driver's class-data-sharing archive.
 
 Runs a short embedded replication (a full copy and a sampled copy, so the streaming, Arrow and
 state-store classes are all loaded) between two local nats-servers, then lets the JVM write
@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.localnats import local_cluster
 from replicator.config import parse_config
-from replicator.localnats import local_cluster
 from replicator.runner import Runner
 from replicator.spark.jvm import archive_path, finish_archive
 
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def build_class_archive(timeout: float = 300.0) -> Path:
-    from replicator.demo import STREAM, advisory_stream, fill
+    from harness.demo import STREAM, advisory_stream, fill
 
     target = archive_path()
     if target is None:

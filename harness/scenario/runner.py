@@ -9,8 +9,6 @@ import contextlib
 import itertools
 import json
 import logging
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,13 +24,10 @@ import yaml
 from nats.js.api import StreamConfig
 
 from emulator.publisher import stream_subjects
-from replicator.localnats import free_port
-from replicator.metrics import scrape
-from replicator.nats.jetstream import count_messages, read_all
-from replicator.sampling.extract import SenderExtractor
-from replicator.sampling.rules import SamplingParams
-from replicator.scenario.spec import HopSpec, ProcessSpec, ScenarioSpec
-from replicator.scenario.truth import (
+from harness.localnats import free_port
+from harness.process import ReplicatorProcess
+from harness.scenario.spec import HopSpec, ProcessSpec, ScenarioSpec
+from harness.scenario.truth import (
     AdvKey,
     Check,
     Report,
@@ -43,7 +38,11 @@ from replicator.scenario.truth import (
     copied_sequences,
     ground_truth,
 )
-from replicator.servers import nats_cluster
+from harness.scrape import scrape
+from harness.servers import nats_cluster
+from harness.streams import count_messages, read_all
+from replicator.sampling.extract import SenderExtractor
+from replicator.sampling.rules import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -106,39 +105,6 @@ class Sampler:
         return max((r.get(f"{label}.lag", 0) for r in self.rows), default=0)
 
 
-class ReplicatorProcess:
-    def __init__(self, config: Path, log_path: Path, streams: int = 1) -> None:
-        self.config, self.log_path, self.streams = config, log_path, streams
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 240) -> None:
-        """Start it and wait until every configured stream replicates (a stream whose source
-        another replicator creates waits for it)."""
-        starts = (
-            self.log_path.read_text(errors="replace").count("replicating to") if self.log_path.exists() else 0
-        )
-        with self.log_path.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "replicator.cli", "run", "--config", str(self.config)],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while self.log_path.read_text(errors="replace").count("replicating to") < starts + self.streams:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"replicator did not start; see {self.log_path}")
-            time.sleep(0.25)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(40)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.proc = None
-
-
 def _params(hop: HopSpec, speedup: float) -> tuple[SenderExtractor | None, SamplingParams | None]:
     if not hop.sampling:
         return None, None
@@ -151,11 +117,11 @@ def _params(hop: HopSpec, speedup: float) -> tuple[SenderExtractor | None, Sampl
     return ext, SamplingParams(inspect_ms, int(warn / speedup * 1000), hop.size_trigger, hop.stream)
 
 
-def _parallel(fns: list[Callable[[], None]]) -> None:
+def _parallel(fns: list[Callable[[], object]]) -> None:
     """Run the calls at once (replicators start in parallel); re-raise the first failure."""
     errors: list[BaseException] = []
 
-    def call(fn: Callable[[], None]) -> None:
+    def call(fn: Callable[[], object]) -> None:
         try:
             fn()
         except BaseException as e:  # handed to the caller
@@ -189,7 +155,7 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
                 "monitor_port": port,
                 "streams": [h.entry(urls[h.source], urls[h.target], s.speedup) for h in p.streams],
             }))  # fmt: skip
-            procs[p.name] = ReplicatorProcess(cfg, report_dir / f"{s.name}.{p.name}.log", len(p.streams))
+            procs[p.name] = ReplicatorProcess(cfg, report_dir / f"{s.name}.{p.name}.log")
             for entry in p.streams:
                 label = entry.name if len(spec.hops()) == 1 else f"{p.name}/{entry.name}"
                 hops.append(

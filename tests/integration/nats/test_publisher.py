@@ -8,9 +8,10 @@ import asyncio
 from helpers import create_stream, run
 from nats_servers import NatsCluster
 
-from replicator.nats.connect import encode_headers, open_connection
-from replicator.nats.jetstream import read_all
+from harness.streams import read_all
+from replicator.nats.connect import open_connection
 from replicator.nats.publisher import PipelinedPublisher, PublishOutcome
+from replicator.nats.wire import encode_header_lines
 
 
 def publish(
@@ -20,7 +21,7 @@ def publish(
         nc = await open_connection(url, name="test-publisher")
         try:
             p = PipelinedPublisher(nc, stream, **kw)
-            encoded = [[(s, d, encode_headers(h.items())) for s, d, h in b] for b in batches]
+            encoded = [[(s, d, encode_header_lines(h.items())) for s, d, h in b] for b in batches]
             return [await p.publish(b, timeout=30) for b in encoded]
         finally:
             await nc.close()
@@ -40,7 +41,7 @@ def test_batches_larger_than_the_pending_window_arrive_complete_and_in_order(
     assert [(o.published, o.duplicates, o.failures) for o in outcomes] == [(3000, 0, [])] * 3
     stored = run(read_all(nats_server.url, "T"))
     assert [m.data for m in stored] == [d for b in batches for _, d, _ in b]
-    assert stored[5].headers == {"Nats-Msg-Id": "0-5"}
+    assert stored[5].headers == [("Nats-Msg-Id", "0-5")]
 
 
 def test_duplicates_are_counted_not_stored(nats_server: NatsCluster) -> None:

@@ -1,9 +1,13 @@
-"""Batch sizing (the data source's admission control) and the runner's one-line error reasons."""
+"""The data source's pure parts: batch sizing (admission control) and range splitting."""
 
 from __future__ import annotations
 
-from replicator.runner import _first_line
-from replicator.spark.datasource import BatchRamp
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replicator.spark.datasource import BatchRamp, split_range
 
 
 def test_batches_start_small_and_double_with_every_full_batch_up_to_the_cap() -> None:
@@ -25,16 +29,13 @@ def test_spark_read_limit_and_cap_bound_every_batch() -> None:
     assert BatchRamp(first=2000, cap=10_000).end(7, 7, 10_000) == 7  # nothing new
 
 
-def test_a_failed_batch_is_reported_by_its_python_reason_not_sparks_wrapper() -> None:
-    wrapped = Exception(
-        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
-        '  File "sink.py", line 3, in f\n'
-        "    raise PublishError(\n"
-        "replicator.nats.publisher.PublishError: 500 of 1000 messages were not stored (maximum messages "
-        "exceeded)\n"
-    )
-    assert _first_line(wrapped) == (
-        "PublishError: 500 of 1000 messages were not stored (maximum messages exceeded)"
-    )
-    assert _first_line(ValueError("plain reason\nmore")) == "plain reason"
-    assert _first_line(RuntimeError()) == "RuntimeError"
+@given(st.integers(1, 10**9), st.integers(0, 50_000), st.integers(1, 8), st.integers(1, 5000))
+def test_split_range_covers_in_order(start: int, n: int, par: int, min_size: int) -> None:
+    parts = split_range(start, start + n, par, min_size)
+    covered = [(p.start, p.end) for p in parts]
+    assert len(parts) <= par
+    if n == 0:
+        assert parts == []
+        return
+    assert covered[0][0] == start and covered[-1][1] == start + n
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))

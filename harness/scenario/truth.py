@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replicator.headers import SOURCE_HEADER, parse_source_header
-from replicator.nats.jetstream import RawMessage
+from replicator.nats.readers import RawMessage
+from replicator.nats.wire import first_value
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.reference import reference
 from replicator.sampling.rules import Message, SamplingParams
@@ -46,7 +47,7 @@ def ground_truth(
     # The run ends after every sender that went silent has expired.
     final = (max(m.ts_ms for m in msgs) if msgs else 0) + p.inspect_ms
     copied, advs = reference(msgs, final, p)
-    return Truth(copied, sorted((a.sender, a.event, a.event_ms // 1000) for a in advs), len(msgs), final)
+    return Truth(copied, sorted((a.sender, str(a.event), a.event_ms // 1000) for a in advs), len(msgs), final)
 
 
 def copied_sequences(
@@ -56,7 +57,7 @@ def copied_sequences(
     the given replicator and stream entry (a target stream can be fed by several)."""
     out = []
     for m in target:
-        mark = parse_source_header((m.headers or {}).get(SOURCE_HEADER))
+        mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
         if (
             mark is not None
             and replicator in (None, mark.replicator)

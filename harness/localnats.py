@@ -74,7 +74,6 @@ class NatsServer:
 
     name: str
     port: int
-    store_dir: Path
     config_file: Path
     proc: subprocess.Popen[bytes] | None = None
     log_file: Path | None = None
@@ -174,7 +173,7 @@ def start_binary_cluster(
             extra=extra,
             js_domain=js_domain,
         )
-        srv = NatsServer(sname, ports[i], d / "store", cfg, log_file=d / "server.log")
+        srv = NatsServer(sname, ports[i], cfg, log_file=d / "server.log")
         srv.start()
         cluster.servers.append(srv)
     try:

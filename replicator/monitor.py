@@ -1,0 +1,82 @@
+"""The monitoring endpoint on `monitor_port`: `/metrics` (Prometheus), `/healthz` (the process
+answers) and `/readyz` (every stream's state; 200 once each one replicates, 503 before).
+
+Readiness is what tests, scenarios, benchmarks and operators wait on: a stream is `replicating`
+once its Spark query has started on the source and target.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from enum import StrEnum
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+class StreamState(StrEnum):
+    STARTING = "starting"
+    WAITING_FOR_SOURCE = "waiting for source"
+    REPLICATING = "replicating"
+    RETRYING = "retrying"
+    STOPPED = "stopped"
+
+
+class Readiness:
+    """Each stream's state, by its label (`stream/name`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: dict[str, StreamState] = {}
+
+    def set(self, label: str, state: StreamState) -> None:
+        with self._lock:
+            self._states[label] = state
+
+    def snapshot(self) -> dict[str, str]:
+        with self._lock:
+            return {k: str(v) for k, v in self._states.items()}
+
+    def ready(self) -> bool:
+        with self._lock:
+            return bool(self._states) and all(v is StreamState.REPLICATING for v in self._states.values())
+
+
+class _Handler(BaseHTTPRequestHandler):
+    readiness: Readiness
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+        elif path == "/healthz":
+            self._send(200, b"ok\n", "text/plain")
+        elif path == "/readyz":
+            ready = self.readiness.ready()
+            body = json.dumps({"ready": ready, "streams": self.readiness.snapshot()}).encode()
+            self._send(200 if ready else 503, body, "application/json")
+        else:
+            self._send(404, b"not found: try /metrics, /healthz or /readyz\n", "text/plain")
+
+    def _send(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # scrapes every few seconds: not logged
+        pass
+
+
+def serve(port: int, readiness: Readiness, host: str = "0.0.0.0") -> ThreadingHTTPServer | None:
+    """Serve on `port` (0: not at all) from a daemon thread."""
+    if not port:
+        return None
+    handler = type("MonitorHandler", (_Handler,), {"readiness": readiness})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="monitor", daemon=True).start()
+    return server

@@ -1,0 +1,243 @@
+"""Reading a sequence range of a stream, in order, as bounded chunks.
+
+`read_chunks` is the one read path: the data source's tasks and the in-flight catch-up both use
+it. Streams with `allow_direct` are read with batched direct gets; others with an ephemeral pull
+consumer. Each chunk is one request's worth (at most `chunk_messages` messages and about
+`chunk_bytes` bytes), so a reader holds one chunk at a time, however long its range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from nats.js.errors import APIError
+
+from replicator.nats import wire
+from replicator.nats.client import ReplicatorClient
+from replicator.nats.timestamps import rfc3339_to_ns
+
+# How long a reader waits for one request's replies before it gives up on the range.
+REQUEST_TIMEOUT_S = 30.0
+
+
+@dataclass(slots=True)
+class RawMessage:
+    """One stored message, as read from a stream."""
+
+    seq: int
+    subject: str
+    ts_ns: int
+    headers: wire.Headers | None
+    data: bytes
+
+
+class DirectReader:
+    """Batched direct gets (`{"seq": s, "batch": n, "max_bytes": b}`). A replica that is a
+    little behind may answer a direct get; whatever it cannot give is read from the stream
+    leader (`STREAM.MSG.GET`), so a range is always read completely."""
+
+    def __init__(
+        self,
+        nc: ReplicatorClient,
+        stream: str,
+        filter_subject: str = "",
+        chunk_messages: int = 5000,
+        chunk_bytes: int = 16 << 20,
+    ) -> None:
+        self.nc = nc
+        self.stream = stream
+        self.filter_subject = filter_subject
+        self.chunk_messages = chunk_messages
+        self.chunk_bytes = chunk_bytes
+
+    async def batch(self, seq: int, n: int) -> list[RawMessage]:
+        """One batched direct get: up to n messages from seq on."""
+        req: dict[str, object] = {"seq": seq, "batch": n, "max_bytes": self.chunk_bytes}
+        if self.filter_subject:
+            req["next_by_subj"] = self.filter_subject
+        inbox = self.nc.new_inbox()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        out: list[RawMessage] = []
+
+        def on_reply(_subject: bytes, _reply: bytes, data: bytes, block: bytes | None) -> None:
+            if done.done():
+                return
+            if wire.is_status(block):
+                # 204 ends the batch, 404 means nothing at or after seq: either way, done.
+                done.set_result(None)
+                return
+            try:
+                seq, subject, ts_ns, headers = wire.parse_direct_reply(block or b"")
+            except wire.WireError as e:
+                done.set_exception(e)
+                return
+            out.append(RawMessage(seq, subject, ts_ns, headers, data))
+
+        sub = await self.nc.raw_subscribe(inbox, on_reply)
+        try:
+            await self.nc.publish(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(req).encode(), reply=inbox)
+            await asyncio.wait_for(done, timeout=REQUEST_TIMEOUT_S)
+        finally:
+            await self.nc.raw_unsubscribe(sub)
+        return out
+
+    async def leader_get(self, seq: int) -> RawMessage | None:
+        """The first message at or after seq (matching the filter) from the stream leader."""
+        req: dict[str, object] = {"seq": seq}
+        if self.filter_subject:
+            req["next_by_subj"] = self.filter_subject
+        resp = await self.nc.request(
+            f"$JS.API.STREAM.MSG.GET.{self.stream}", json.dumps(req).encode(), timeout=10
+        )
+        body = json.loads(resp.data)
+        if "error" in body:
+            if body["error"].get("code") == 404:
+                return None
+            raise APIError.from_error(body["error"])
+        m = body["message"]
+        block = base64.b64decode(m["hdrs"]) if m.get("hdrs") else b""
+        return RawMessage(
+            seq=int(m["seq"]),
+            subject=m["subject"],
+            ts_ns=rfc3339_to_ns(m["time"]),
+            headers=wire.parse_headers(block) or None,
+            data=base64.b64decode(m.get("data") or ""),
+        )
+
+    async def chunks(self, start: int, end: int) -> AsyncIterator[list[RawMessage]]:
+        seq = start
+        while seq < end:
+            msgs = [m for m in await self.batch(seq, min(self.chunk_messages, end - seq)) if m.seq < end]
+            if not msgs:
+                # Nothing from the replica that answered: ask the leader, which is authoritative.
+                m = await self.leader_get(seq)
+                if m is None or m.seq >= end:
+                    return
+                msgs = [m]
+            yield msgs
+            seq = msgs[-1].seq + 1
+
+
+class ConsumerReader:
+    """For streams without `allow_direct`: an ephemeral, unacknowledged pull consumer from the
+    range start, its deliveries read raw (every header value kept); chunks are bounded by
+    message count only. Each message's reply subject
+    says how many matching messages are still pending, so the reader knows when the stream
+    holds no more for it, even when the filter matches nothing in the rest of the range."""
+
+    def __init__(
+        self,
+        nc: ReplicatorClient,
+        stream: str,
+        filter_subject: str = "",
+        chunk_messages: int = 1000,
+        wait_s: float = 2.0,
+    ) -> None:
+        self.nc = nc
+        self.stream = stream
+        self.filter_subject = filter_subject
+        self.chunk_messages = chunk_messages
+        self.wait_s = wait_s
+
+    async def _create(self, start: int) -> str:
+        cfg: dict[str, object] = {
+            "deliver_policy": "by_start_sequence",
+            "opt_start_seq": start,
+            "ack_policy": "none",
+            "inactive_threshold": 30_000_000_000,
+            "mem_storage": True,
+            "num_replicas": 1,
+        }
+        if self.filter_subject:
+            cfg["filter_subject"] = self.filter_subject
+        resp = await self.nc.request(
+            f"$JS.API.CONSUMER.CREATE.{self.stream}",
+            json.dumps({"stream_name": self.stream, "config": cfg}).encode(),
+            timeout=10,
+        )
+        body = json.loads(resp.data)
+        if "error" in body:
+            raise APIError.from_error(body["error"])
+        return str(body["name"])
+
+    async def _delete(self, consumer: str) -> None:
+        # Best effort: an ephemeral consumer goes by itself after its inactive_threshold.
+        with contextlib.suppress(Exception):
+            await self.nc.request(f"$JS.API.CONSUMER.DELETE.{self.stream}.{consumer}", b"", timeout=5)
+
+    async def _pull(self, consumer: str, n: int) -> tuple[list[RawMessage], bool]:
+        """(messages, whether more are pending) of one pull request for up to n messages."""
+        inbox = self.nc.new_inbox()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        out: list[RawMessage] = []
+        pending = [1]
+
+        def on_delivery(subject: bytes, reply: bytes, data: bytes, block: bytes | None) -> None:
+            if done.done():
+                return
+            if wire.status_code(block) is not None:
+                # 404/408: nothing (more) within the wait; 409: the consumer went away.
+                done.set_result(None)
+                return
+            try:
+                seq, ts_ns, left = wire.parse_ack_subject(reply.decode())
+            except (wire.WireError, ValueError) as e:
+                done.set_exception(e)
+                return
+            out.append(RawMessage(seq, subject.decode(), ts_ns, wire.parse_headers(block) or None, data))
+            pending[0] = left
+            if left == 0 or len(out) >= n:
+                done.set_result(None)
+
+        sub = await self.nc.raw_subscribe(inbox, on_delivery)
+        # No max_bytes: a message larger than it would end the request with nothing read.
+        req = {"batch": n, "expires": int(self.wait_s * 1e9)}
+        try:
+            await self.nc.publish(
+                f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{consumer}", json.dumps(req).encode(), reply=inbox
+            )
+            await asyncio.wait_for(done, timeout=self.wait_s + REQUEST_TIMEOUT_S)
+        finally:
+            await self.nc.raw_unsubscribe(sub)
+        return out, pending[0] > 0 and len(out) > 0
+
+    async def chunks(self, start: int, end: int) -> AsyncIterator[list[RawMessage]]:
+        consumer = await self._create(start)
+        try:
+            seq = start
+            while seq < end:
+                msgs, more = await self._pull(consumer, min(self.chunk_messages, end - seq))
+                in_range = [m for m in msgs if m.seq < end]
+                if in_range:
+                    yield in_range
+                    seq = in_range[-1].seq + 1
+                if len(in_range) < len(msgs) or not more:
+                    return  # past the range, or nothing more matches in the stream
+        finally:
+            await self._delete(consumer)
+
+
+async def read_chunks(
+    nc: ReplicatorClient,
+    stream: str,
+    start: int,
+    end: int,
+    *,
+    direct: bool,
+    filter_subject: str = "",
+    chunk_messages: int = 5000,
+    chunk_bytes: int = 16 << 20,
+) -> AsyncIterator[list[RawMessage]]:
+    """Messages with start <= seq < end (matching filter_subject), in order, in chunks."""
+    reader: DirectReader | ConsumerReader
+    if direct:
+        reader = DirectReader(nc, stream, filter_subject, chunk_messages, chunk_bytes)
+    else:
+        reader = ConsumerReader(nc, stream, filter_subject, chunk_messages)
+    async for chunk in reader.chunks(start, end):
+        yield chunk

@@ -1,0 +1,110 @@
+"""Reading ranges of a real stream: by direct get and through the consumer fallback (streams
+without `allow_direct`), in bounded chunks, every header value kept, byte for byte what the
+server stores."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import pytest
+from helpers import create_stream, publish_raw, run
+from nats_servers import NatsCluster
+
+from replicator.nats import wire
+from replicator.nats.connect import open_connection
+from replicator.nats.readers import ConsumerReader, DirectReader, RawMessage, read_chunks
+
+pytestmark = pytest.mark.integration
+
+REPEATED = [("X-Tag", "a"), ("Other", "1"), ("X-Tag", "b"), ("X-Tag", "c  with spaces")]
+
+
+async def _chunks(url: str, stream: str, start: int, end: int, **kw: object) -> list[list[RawMessage]]:
+    nc = await open_connection(url, name="test-reader")
+    try:
+        return [c async for c in read_chunks(nc, stream, start, end, **kw)]  # type: ignore[arg-type]
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-get", "consumer"])
+def test_repeated_headers_come_back_as_the_server_stores_them(nats_server: NatsCluster, direct: bool) -> None:
+    url = nats_server.url
+    run(create_stream(url, "H", ["h.>"], allow_direct=direct))
+    run(publish_raw(url, [("h.1", b"one", REPEATED), ("h.2", b"two", [])]))
+    [chunk] = run(_chunks(url, "H", 1, 3, direct=direct))
+    assert [(m.seq, m.subject, m.data, m.headers) for m in chunk] == [
+        (1, "h.1", b"one", REPEATED),
+        (2, "h.2", b"two", None),
+    ]
+
+    # Byte for byte: the header block the server keeps is the one we encoded.
+    async def stored_block() -> bytes:
+        nc = await open_connection(url)
+        try:
+            resp = await nc.request("$JS.API.STREAM.MSG.GET.H", b'{"seq":1}', timeout=5)
+            return base64.b64decode(json.loads(resp.data)["message"]["hdrs"])
+        finally:
+            await nc.close()
+
+    assert run(stored_block()) == wire.header_block(wire.encode_header_lines(REPEATED))
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-get", "consumer"])
+def test_a_range_is_read_whole_in_order_and_in_bounded_chunks(nats_server: NatsCluster, direct: bool) -> None:
+    url = nats_server.url
+    run(create_stream(url, "R", ["r.>"], allow_direct=direct))
+    run(publish_raw(url, [(f"r.{i % 3}", b"x" * 1000, [("I", str(i))]) for i in range(1, 251)]))
+    chunks = run(_chunks(url, "R", 11, 201, direct=direct, chunk_messages=40, chunk_bytes=20_000))
+    seqs = [m.seq for c in chunks for m in c]
+    assert seqs == list(range(11, 201))
+    assert max(len(c) for c in chunks) <= 40
+    if direct:  # the byte bound (max_bytes of a direct get) holds too: ~1 KB messages
+        assert max(sum(len(m.data) for m in c) for c in chunks) <= 20_000
+    assert [wire.first_value(m.headers, "I") for c in chunks for m in c] == [str(s) for s in seqs]
+
+
+def test_a_direct_get_bound_below_one_message_still_reads_it(nats_server: NatsCluster) -> None:
+    url = nats_server.url
+    run(create_stream(url, "BIG", ["big"]))
+    run(publish_raw(url, [("big", b"y" * 50_000, []) for _ in range(3)]))
+    chunks = run(_chunks(url, "BIG", 1, 4, direct=True, chunk_bytes=1000))
+    assert [m.seq for c in chunks for m in c] == [1, 2, 3]
+
+
+def test_the_consumer_reader_ends_when_the_filter_matches_nothing_more(nats_server: NatsCluster) -> None:
+    """A filter that matches nothing at or after the range start must end the read, not wait for
+    messages that will never come (the stream has other messages past the start)."""
+    url = nats_server.url
+    run(create_stream(url, "F", ["f.>"], allow_direct=False))
+    run(publish_raw(url, [("f.a", b"a", []), *[("f.b", b"b", []) for _ in range(20)]]))
+
+    async def read(filter_subject: str, start: int) -> list[int]:
+        nc = await open_connection(url)
+        try:
+            reader = ConsumerReader(nc, "F", filter_subject, chunk_messages=5, wait_s=0.5)
+            return [m.seq async for c in reader.chunks(start, 22) for m in c]
+        finally:
+            await nc.close()
+
+    assert run(asyncio.wait_for(read("f.a", 2), 20)) == []
+    assert run(asyncio.wait_for(read("f.a", 1), 20)) == [1]
+    assert run(asyncio.wait_for(read("f.b", 1), 20)) == list(range(2, 22))
+
+
+def test_direct_reads_fall_back_to_the_leader_for_what_a_replica_lacks(nats_server: NatsCluster) -> None:
+    url = nats_server.url
+    run(create_stream(url, "L", ["l.>"]))
+    run(publish_raw(url, [("l.x", b"1", REPEATED)]))
+
+    async def leader() -> RawMessage | None:
+        nc = await open_connection(url)
+        try:
+            return await DirectReader(nc, "L").leader_get(1)
+        finally:
+            await nc.close()
+
+    m = run(leader())
+    assert m is not None and (m.seq, m.data, m.headers) == (1, b"1", REPEATED)

@@ -1,0 +1,31 @@
+"""Choria-style NATS URLs and the connection options they give."""
+
+from __future__ import annotations
+
+import pytest
+
+from replicator.nats.connect import connect_options
+from replicator.nats.urls import parse_nats_url
+
+
+def test_urls() -> None:
+    u = parse_nats_url("nats://bob:s%40cret@a:4223,b?connect_timeout=3&insecure=true&credentials=/x.creds")
+    assert u.servers == ["nats://a:4223", "nats://b:4222"]
+    assert (u.user, u.password, u.connect_timeout, u.insecure, u.credentials) == (
+        "bob",
+        "s@cret",
+        3.0,
+        True,
+        "/x.creds",
+    )
+    opts = connect_options("nats://a?jwt=/j&nkey=/n")
+    assert opts["user_credentials"] == ("/j", "/n")
+    for bad, msg in [
+        ("", "empty URL"),
+        ("http://a", "unsupported scheme"),
+        ("nats://a?foo=1", "unknown URL option"),
+        ("nats://a?jwt=/j", "together"),
+        ("nats://a:port", "bad port"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            parse_nats_url(bad)

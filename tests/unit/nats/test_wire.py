@@ -1,0 +1,123 @@
+"""The wire format, byte for byte against nats-py: header blocks (repeated names kept), status
+replies, direct-get replies, delivery reply subjects."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from nats.aio.client import Client
+
+from replicator.nats import wire
+from replicator.nats.timestamps import rfc3339_to_ns
+
+STAMP = "2026-11-23T04:10:01.12345678Z"
+NAMES = st.from_regex(r"[A-Za-z][A-Za-z0-9\-_.]{0,20}", fullmatch=True)
+VALUES = st.text(max_size=30).filter(lambda v: "\r" not in v and "\n" not in v)
+
+
+def server_reply(own: bytes, seq: int = 42, subject: str = "a.b.c", stamp: str = STAMP) -> bytes:
+    return (
+        b"NATS/1.0\r\n"
+        + own
+        + f"Nats-Stream: S\r\nNats-Subject: {subject}\r\nNats-Sequence: {seq}\r\n"
+        f"Nats-Time-Stamp: {stamp}\r\n\r\n".encode()
+    )
+
+
+def nats_py_headers(block: bytes) -> dict[str, str] | None:
+    return asyncio.run(Client()._process_headers(block))
+
+
+@given(st.lists(st.tuples(NAMES, VALUES), max_size=8), st.integers(1, 2**63 - 1))
+def test_a_direct_reply_parses_as_nats_py_parses_it_keeping_every_repeated_value(
+    own: list[tuple[str, str]], seq: int
+) -> None:
+    block = server_reply(b"".join(f"{k}: {v}\r\n".encode() for k, v in own), seq=seq)
+    got_seq, subject, ts, headers = wire.parse_direct_reply(block)
+    h = nats_py_headers(block)
+    assert h is not None
+    assert (got_seq, subject, ts) == (int(h["Nats-Sequence"]), h["Nats-Subject"], rfc3339_to_ns(STAMP))
+    # Every pair, in order; each value as nats-py reads it on its own.
+    own_kept = [(k, v) for k, v in own if k not in wire.SERVER_HEADERS]
+    alone = [nats_py_headers(f"NATS/1.0\r\n{k}: {v}\r\n\r\n".encode()) or {} for k, v in own_kept]
+    assert (headers or []) == [(k, h1[k]) for (k, _), h1 in zip(own_kept, alone, strict=True)]
+    # nats-py keeps the last value of a repeated name; the same pairs in a dict agree with it.
+    nats_py_own = {k: v for k, v in h.items() if k not in wire.SERVER_HEADERS}
+    assert dict(headers or []) == nats_py_own
+
+
+def test_repeated_names_keep_every_value_in_order() -> None:
+    block = b"NATS/1.0\r\nX-Tag: a\r\nOther: 1\r\nX-Tag: b\r\nX-Tag: c\r\n\r\n"
+    assert wire.parse_headers(block) == [("X-Tag", "a"), ("Other", "1"), ("X-Tag", "b"), ("X-Tag", "c")]
+    assert wire.first_value(wire.parse_headers(block), "X-Tag") == "a"
+    assert wire.first_value(None, "X-Tag") is None
+
+
+def test_odd_header_lines_are_skipped_as_nats_py_skips_them() -> None:
+    own = b"Bad Name: x\r\n\x1cX: y\r\nNoColon\r\n  Padded  :  v  \r\nK: 1\r\nK: 2\r\n\xff: z\r\nNats-Msg-Id: id:7\r\n"
+    block = server_reply(own)
+    got = wire.parse_direct_reply(block)[3]
+    assert got == [("Padded", "v"), ("K", "1"), ("K", "2"), ("Nats-Msg-Id", "id:7")]
+    h = nats_py_headers(block)
+    assert h is not None and dict(got) == {k: v for k, v in h.items() if k not in wire.SERVER_HEADERS}
+
+
+def test_status_replies_end_a_batch_and_give_their_code() -> None:
+    assert wire.is_status(b"NATS/1.0 204 EOB\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 9\r\n\r\n")
+    assert wire.is_status(b"NATS/1.0 404 Message Not Found\r\n\r\n")
+    assert wire.is_status(None)
+    assert not wire.is_status(server_reply(b""))
+    # A publish to a subject no stream listens on is answered `503` (no responders).
+    assert wire.status_code(b"NATS/1.0 503\r\n\r\n") == "503"
+    assert wire.status_code(b"NATS/1.0 408 Request Timeout\r\n\r\n") == "408"
+    assert wire.status_code(None) is None
+    assert wire.status_code(server_reply(b"")) is None
+
+
+def test_a_reply_without_the_servers_headers_is_a_clear_error() -> None:
+    with pytest.raises(wire.WireError, match="without Nats-Sequence"):
+        wire.parse_direct_reply(b"NATS/1.0\r\nNats-Subject: a\r\n\r\n")
+
+
+@given(st.lists(st.tuples(NAMES | st.just(" Padded "), st.text(max_size=30)), max_size=6))
+def test_encoded_header_lines_are_what_nats_py_would_send_for_unique_names(
+    headers: list[tuple[str, str]],
+) -> None:
+    unique = dict(headers)
+    lines = wire.encode_header_lines(unique.items())
+    # nats-py builds the block inside publish(); its result, parsed, is what we encoded.
+    block = wire.header_block(lines)
+    assert nats_py_headers(block) == (
+        {
+            k.strip(): v.strip().replace("\r", " ").replace("\n", " ").strip()
+            for k, v in unique.items()
+            if k.strip()
+        }
+        or None
+    )
+
+
+def test_bad_header_names_are_refused() -> None:
+    with pytest.raises(wire.WireError, match="not a valid NATS header name"):
+        wire.encode_header_lines([("a(b", "x")])
+    with pytest.raises(wire.WireError, match="invalid subject"):
+        wire.check_subject("a b")
+
+
+def test_delivery_reply_subjects_give_sequence_time_and_pending() -> None:
+    assert wire.parse_ack_subject("$JS.ACK.ORDERS.c1.1.42.7.1700000000000000000.3") == (
+        42,
+        1_700_000_000_000_000_000,
+        3,
+    )
+    # The form with a domain and an account hash (and a trailing token).
+    assert wire.parse_ack_subject("$JS.ACK.hub.ACC.ORDERS.c1.1.42.7.1700000000000000000.0.xyz") == (
+        42,
+        1_700_000_000_000_000_000,
+        0,
+    )
+    with pytest.raises(wire.WireError):
+        wire.parse_ack_subject("_INBOX.abc")

@@ -1,0 +1,20 @@
+"""The runner's one-line error reasons."""
+
+from __future__ import annotations
+
+from replicator.runner import _first_line
+
+
+def test_a_failed_batch_is_reported_by_its_python_reason_not_sparks_wrapper() -> None:
+    wrapped = Exception(
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
+        '  File "sink.py", line 3, in f\n'
+        "    raise PublishError(\n"
+        "replicator.nats.publisher.PublishError: 500 of 1000 messages were not stored (maximum messages "
+        "exceeded)\n"
+    )
+    assert _first_line(wrapped) == (
+        "PublishError: 500 of 1000 messages were not stored (maximum messages exceeded)"
+    )
+    assert _first_line(ValueError("plain reason\nmore")) == "plain reason"
+    assert _first_line(RuntimeError()) == "RuntimeError"
