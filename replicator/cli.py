@@ -20,6 +20,25 @@ app = typer.Typer(
 ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Replicator YAML config (Choria format)")]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from replicator.version import version_lines
+
+        for line in version_lines():
+            typer.echo(line)
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print versions and exit"),
+    ] = False,
+) -> None:
+    """Copy NATS JetStream streams between independent clusters, on Apache Spark."""
+
+
 def _fail(msg: str) -> None:
     typer.echo(f"stream-replicator: {msg}", err=True)
     raise typer.Exit(2)

@@ -6,6 +6,20 @@ from dataclasses import dataclass
 
 SOURCE_HEADER = "Choria-SR-Source"
 MSG_ID_HEADER = "Nats-Msg-Id"
+# Set on every copy: the target's server refuses a copy whose subject another stream holds,
+# before storing it (a wrong target_subject_prefix), instead of the replicator finding out after.
+EXPECTED_STREAM_HEADER = "Nats-Expected-Stream"
+# Headers that told the source's server how to store a message (Nats-Expected-Stream, -Last-
+# Sequence, -Last-Msg-Id, ...). They were satisfied when it was stored; on a copy they would make
+# the target refuse it, so they are not copied.
+_PUBLISH_CONDITION_PREFIX = "Nats-Expected-"
+_REPLACED = frozenset({SOURCE_HEADER, MSG_ID_HEADER})
+
+
+def is_copied(name: str) -> bool:
+    """Whether a source message's header goes onto its copy (the replicator sets its own
+    Choria-SR-Source and Nats-Msg-Id, and drops the source's publish conditions)."""
+    return name not in _REPLACED and not name.startswith(_PUBLISH_CONDITION_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from replicator.aio import LoopThread
+from replicator.backoff import Backoff
 from replicator.config import Config, StreamConfig
 from replicator.metrics import metrics
 from replicator.monitor import Readiness, StreamState, serve
@@ -45,6 +46,9 @@ class Runner:
         self.spark: SparkSession | None = None
         self.planners_released = False
         self.readiness = Readiness()
+        self.backoff = {r.label: Backoff() for r in self.replications}
+        # Batches a stream's sink had handled when its query last started.
+        self._batches_at_start: dict[str, int] = {}
         for r in self.replications:
             self.readiness.set(r.label, StreamState.STARTING)
         # Set by `stream-replicator jvm-archive`: the JVM dumps its loaded classes when it ends.
@@ -77,9 +81,8 @@ class Runner:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self.request_stop)
             signal.signal(signal.SIGTERM, self.request_stop)
-        backoff: dict[str, float] = {}
         for r in self.replications:
-            self._start(r, backoff)
+            self._start(r)
         try:
             # Every 0.1 s until each query has started a batch, so the planner processes go
             # before the task workers have grown (_release_planners_once_running); then every 1 s.
@@ -91,7 +94,7 @@ class Runner:
                     continue
                 next_check = time.monotonic() + 1.0
                 for r in self.replications:
-                    self._supervise(r, backoff)
+                    self._supervise(r)
                     r.update_lag()
                 if on_progress:
                     on_progress(self)
@@ -99,7 +102,7 @@ class Runner:
             self.shutdown()
         return 0
 
-    def _supervise(self, r: StreamReplication, backoff: dict[str, float]) -> None:
+    def _supervise(self, r: StreamReplication) -> None:
         q = r.query
         assert r.sink is not None
         published = r.sink.publish_failed()
@@ -115,15 +118,16 @@ class Runner:
                 log.error("%s: batch failed (%s)", r.label, _first_line(err) if err else "stopped")
             r.query = None
         else:
+            if r.sink.batches > self._batches_at_start.get(r.label, 0):
+                self.backoff[r.label].reset()  # running and making progress again
             return
         r.sink.labels.of(metrics().errors).inc()
         self.readiness.set(r.label, StreamState.RETRYING)
-        wait = min(30.0, backoff.get(r.label, 0.5) * 2)
-        backoff[r.label] = wait
+        wait = self.backoff[r.label].next_wait()
         log.info("%s: retrying from the checkpoint in %.0fs", r.label, wait)
         if self.stop_event.wait(wait):
             return
-        self._start(r, backoff)
+        self._start(r)
 
     def _release_planners_once_running(self) -> None:
         """Once every query has started a batch, its planning is over: stop the processes
@@ -135,7 +139,7 @@ class Runner:
             release_idle_planners(self.spark)
             self.planners_released = True
 
-    def _start(self, r: StreamReplication, backoff: dict[str, float]) -> None:
+    def _start(self, r: StreamReplication) -> None:
         """Start a stream's query; a failure (say, the target refusing what was left in flight)
         is retried by _supervise with backoff, not fatal."""
         assert self.spark is not None
@@ -146,10 +150,11 @@ class Runner:
         except Exception as e:
             log.error("%s: could not start (%s)", r.label, _first_line(e))
             r.query = None
-            backoff.setdefault(r.label, 0.5)
             self.readiness.set(r.label, StreamState.RETRYING)
         else:
             self.readiness.set(r.label, StreamState.REPLICATING)
+            assert r.sink is not None
+            self._batches_at_start[r.label] = r.sink.batches
             # Looking up and creating the data source ran on this thread, in start(): those
             # processes can go now. Planning its reads runs on the query's own thread, later.
             release_idle_planners(self.spark, SOURCE_CREATION_MODULES)

@@ -12,7 +12,7 @@ import asyncio
 import base64
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
 from nats.js.errors import APIError
@@ -232,7 +232,7 @@ async def read_chunks(
     filter_subject: str = "",
     chunk_messages: int = 5000,
     chunk_bytes: int = 16 << 20,
-) -> AsyncIterator[list[RawMessage]]:
+) -> AsyncGenerator[list[RawMessage], None]:
     """Messages with start <= seq < end (matching filter_subject), in order, in chunks."""
     reader: DirectReader | ConsumerReader
     if direct:

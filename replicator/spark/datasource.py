@@ -274,6 +274,7 @@ def read_range_chunks(
 
     loop = asyncio.new_event_loop()
     nc = loop.run_until_complete(open_connection(o.url, o.tls, name=f"sr-reader-{o.stream}"))
+    chunks = None
     try:
         if direct is None:
             info = loop.run_until_complete(stream_info(nc, o.stream))
@@ -289,6 +290,10 @@ def read_range_chunks(
                 return
             yield chunk
     finally:
+        # Also when Spark stops reading early: the reader cleans up (its consumer) first.
+        with contextlib.suppress(Exception):
+            if chunks is not None:
+                loop.run_until_complete(chunks.aclose())
         with contextlib.suppress(Exception):
             loop.run_until_complete(nc.close())
         loop.close()

@@ -41,7 +41,8 @@ def cache_dir() -> Path:
     return Path(base) / "stream-replicator"
 
 
-def _java() -> Path | None:
+def java_binary() -> Path | None:
+    """The java Spark will run: $JAVA_HOME's, else the one on PATH."""
     home = os.environ.get("JAVA_HOME")
     found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     return Path(found).resolve() if found and Path(found).exists() else None
@@ -49,7 +50,7 @@ def _java() -> Path | None:
 
 def archive_path() -> Path | None:
     """Where the archive for this JVM and this pyspark install lives (None: no java found)."""
-    java = _java()
+    java = java_binary()
     if java is None:
         return None
     import pyspark

@@ -22,7 +22,14 @@ import pyarrow.compute as pc
 
 from replicator.aio import LoopThread
 from replicator.config import TLSConfig
-from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, format_source_header, message_id
+from replicator.headers import (
+    EXPECTED_STREAM_HEADER,
+    MSG_ID_HEADER,
+    SOURCE_HEADER,
+    format_source_header,
+    is_copied,
+    message_id,
+)
 from replicator.metrics import MetricLabels, metrics
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.connect import open_connection
@@ -86,6 +93,7 @@ class OrderedSink:
         self._publisher: PipelinedPublisher | None = None
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
         self.totals = BatchResult()
+        self.batches = 0  # handled (published or skipped) since this process started
 
     async def _conn(self) -> ReplicatorClient:
         if self._nc is None or self._nc.is_closed:
@@ -234,15 +242,13 @@ class OrderedSink:
         headers = table.column("headers").to_pylist()
         datas = table.column("data").to_pylist()
 
-        ours = (SOURCE_HEADER, MSG_ID_HEADER)
-        # The copy's header lines: the source message's own (but ours), then ours, which
-        # replace any the source message carried.
-        line = b"%s%s: %s\r\n%s: %s\r\n"
+        # The copy's header lines: the source message's own (see headers.is_copied), then ours.
+        line = b"%s%s: %s\r\n%s: %s\r\n" + encode_header_lines([(EXPECTED_STREAM_HEADER, s.target_stream)])
         src_name, id_name = SOURCE_HEADER.encode(), MSG_ID_HEADER.encode()
 
         def messages() -> Iterator[tuple[str, bytes, bytes]]:
             for subject, seq, ts, hdr, data in zip(subjects, seqs, ts_ms, headers, datas, strict=True):
-                own = encode_header_lines((k, v) for k, v in hdr if k not in ours) if hdr else b""
+                own = encode_header_lines((k, v) for k, v in hdr if is_copied(k)) if hdr else b""
                 lines = line % (
                     own,
                     src_name,
@@ -289,6 +295,7 @@ class OrderedSink:
         t.too_old += r.too_old
         t.duplicates += r.duplicates
         t.last_seq = max(t.last_seq, r.last_seq)
+        self.batches += 1
 
     def close(self, grace: float = 10.0) -> None:
         try:

@@ -251,5 +251,51 @@ def test_a_stream_without_direct_gets_is_copied_exactly_with_every_header_value(
     assert _seqs(dst, "ND") == [s for s, _ in want] + late
     for m, (_, (subject, data, headers)) in zip(got, want, strict=False):
         assert (m.subject, m.data) == (subject, data)
-        assert [(k, v) for k, v in m.headers or [] if k not in (SOURCE_HEADER, MSG_ID_HEADER)] == headers
+        assert [
+            (k, v)
+            for k, v in m.headers or []
+            if k not in (SOURCE_HEADER, MSG_ID_HEADER, "Nats-Expected-Stream")
+        ] == headers
     assert [(k, v) for k, v in got[-1].headers or [] if k == "X-Tag"] == [("X-Tag", "z"), ("X-Tag", "y")]
+
+
+def test_source_publish_conditions_are_not_copied_and_a_wrong_target_stream_stores_nothing(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER
+
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "S", ["s.>"]))
+    # Published with conditions for the source's server; they must not reach the target's.
+    cond = [("Nats-Expected-Stream", "S"), ("Nats-Expected-Last-Msg-Id", ""), ("X-Keep", "1")]
+    run(publish_raw(src, [(f"s.{i}", b"x", cond) for i in range(20)]))
+    run(create_stream(dst, "OTHER", ["wrong.>"]))
+    run(create_stream(dst, "WANTED", ["wanted.>"]))
+    cfg = write_config(
+        tmp_path / "sr.yaml",
+        "dc1",
+        [
+            {"name": "ok", "stream": "S", "source_url": src, "target_url": dst, "target_stream": "COPY"},
+            # A wrong prefix: the copies' subjects belong to OTHER, not to the configured target.
+            {"name": "bad", "stream": "S", "source_url": src, "target_url": dst, "target_stream": "WANTED",
+             "target_subject_prefix": "wrong", "no_target_create": True},
+        ],
+    )  # fmt: skip
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "COPY")) >= 20, 180, "the copy", rep)
+        wait_for(lambda: "expected stream does not match" in rep.output(), 120, "the refusal logged", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert run(count(dst, "OTHER")) == 0  # refused before it was stored, every retry
+    assert "check target_subject_prefix/target_subject_remove" in rep.output()
+    copies = run(read_all(dst, "COPY"))
+    assert len(copies) == 20
+    for m in copies:
+        assert [k for k, _ in m.headers or []] == [
+            "X-Keep",
+            SOURCE_HEADER,
+            MSG_ID_HEADER,
+            "Nats-Expected-Stream",
+        ]
+        assert first_value(m.headers, "Nats-Expected-Stream") == "COPY"

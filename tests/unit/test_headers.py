@@ -17,3 +17,12 @@ def test_source_header_round_trip() -> None:
     )
     assert parse_source_header("garbage") is None and parse_source_header(None) is None
     assert message_id("dc1.nodes.ORDERS.17", 5) == "dc1.nodes.ORDERS.17:5"
+
+
+def test_the_replicators_own_headers_and_the_sources_publish_conditions_are_not_copied() -> None:
+    from replicator.headers import is_copied
+
+    assert is_copied("X-Anything") and is_copied("Nats-Rollup") is True
+    assert not is_copied("Choria-SR-Source") and not is_copied("Nats-Msg-Id")
+    for name in ("Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-Expected-Last-Msg-Id"):
+        assert not is_copied(name)
