@@ -93,6 +93,9 @@ class ReaderOptions:
     chunk_bytes: int = 16 * 1024 * 1024
     tls: TLSFiles | None = None
     sampling: SamplingOptions | None = None
+    # While this file exists the source admits no new data, so the running batch is the last
+    # one: how the replicator stops a query without interrupting a batch.
+    stop_file: str = ""
 
     def __post_init__(self) -> None:
         for name in ("url", "stream"):
@@ -106,7 +109,11 @@ class ReaderOptions:
 
     @classmethod
     def from_config(
-        cls, s: StreamConfig, min_start_sequence: int = 0, start_time: datetime | None = None
+        cls,
+        s: StreamConfig,
+        min_start_sequence: int = 0,
+        start_time: datetime | None = None,
+        stop_file: str = "",
     ) -> ReaderOptions:
         """A stream entry's options. `start_time`: where a new copy starts when the entry sets
         `start_time` or `start_delta` (resolved by the caller, once, at start)."""
@@ -132,6 +139,7 @@ class ReaderOptions:
             first_batch_messages=s.batch_max_messages if s.sampling else DEFAULT_FIRST_BATCH,
             tls=TLSFiles(tls.ca, tls.cert, tls.key) if tls is not None and tls.enabled else None,
             sampling=sampling,
+            stop_file=stop_file,
         )
 
     def to_spark(self) -> dict[str, str]:

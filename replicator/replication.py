@@ -50,6 +50,10 @@ def inflight_path(cfg: Config, s: StreamConfig) -> Path:
     return Path(cfg.state_store) / f"{s.stream}_{s.name}" / "inflight.json"
 
 
+def stopping_path(cfg: Config, s: StreamConfig) -> Path:
+    return Path(cfg.state_store) / f"{s.stream}_{s.name}" / "stopping"
+
+
 class StreamReplication:
     def __init__(self, cfg: Config, scfg: StreamConfig, loop: LoopThread) -> None:
         self.cfg = cfg
@@ -161,7 +165,8 @@ class StreamReplication:
         """What the query reads: the config's stream, from where the target's copy ends."""
         floor = self.sink.floor if self.sink else 0
         return ReaderOptions.from_config(self.s, min_start_sequence=floor + 1 if floor else 0,
-                                         start_time=self._start_time)  # fmt: skip
+                                         start_time=self._start_time,
+                                         stop_file=str(stopping_path(self.cfg, self.s)))  # fmt: skip
 
     def catch_up(self) -> None:
         """Publish what an earlier run left in flight (see replicator.spark.inflight) before the
@@ -189,6 +194,7 @@ class StreamReplication:
         self.catch_up()
         ckpt = checkpoint_dir(self.cfg, self.s)
         ckpt.parent.mkdir(parents=True, exist_ok=True)
+        stopping_path(self.cfg, self.s).unlink(missing_ok=True)  # left by a stop that was cut short
         df = spark.readStream.format("nats-jetstream").options(**self.reader_options().to_spark()).load()
         sink: Any = self.sink
         partitions = None
@@ -238,18 +244,26 @@ class StreamReplication:
 
     def stop(self, grace: float = 10.0) -> None:
         if self.query is not None:
-            # Let a running batch finish first: interrupting it mid-publish is safe (it is
-            # replayed) but makes Spark log a cancelled job and its stack traces.
+            # Let the running batch finish and start no other (the source admits nothing more
+            # once the stopping file exists), then stop the idle query. Interrupting a batch is
+            # safe (it is replayed) but makes Spark and its workers print cancelled jobs and
+            # stack traces; while a backlog is read, a new batch starts the moment one ends.
+            stopping = stopping_path(self.cfg, self.s)
+            with contextlib.suppress(OSError):
+                stopping.touch()
             deadline = time.monotonic() + grace
             with contextlib.suppress(Exception):
                 while self.query.isActive and self.query.status.get("isTriggerActive"):
                     if time.monotonic() > deadline:
+                        log.warning("%s: the batch in flight did not end within %.0fs; abandoning it (it is "
+                                    "read again on the next start)", self.label, grace)  # fmt: skip
                         break
                     time.sleep(0.05)
             try:
                 self.query.stop()
             except Exception as e:  # a failed query may already be gone
                 log.debug("%s: stopping query: %s", self.label, e)
+            stopping.unlink(missing_ok=True)
         if self.sampling_sink is not None:
             self.sampling_sink.close()
         elif self.sink is not None:

@@ -74,6 +74,7 @@ class Runner:
             self.cfg.spark_conf,
             self.create_class_archive,
             light_jvm=not any(s.sampling for s in self.streams),
+            quiet=self.cfg.loglevel != "debug",
         )
         # Spark's task workers start beside the first query's planning, not after it.
         warm_task_workers(self.spark)

@@ -36,24 +36,17 @@ class RawMessage:
     data: bytes
 
 
+@dataclass
 class DirectReader:
     """Batched direct gets (`{"seq": s, "batch": n, "max_bytes": b}`). A replica that is a
     little behind may answer a direct get; whatever it cannot give is read from the stream
     leader (`STREAM.MSG.GET`), so a range is always read completely."""
 
-    def __init__(
-        self,
-        nc: ReplicatorClient,
-        stream: str,
-        filter_subject: str = "",
-        chunk_messages: int = 5000,
-        chunk_bytes: int = 16 << 20,
-    ) -> None:
-        self.nc = nc
-        self.stream = stream
-        self.filter_subject = filter_subject
-        self.chunk_messages = chunk_messages
-        self.chunk_bytes = chunk_bytes
+    nc: ReplicatorClient
+    stream: str
+    filter_subject: str = ""
+    chunk_messages: int = 5000
+    chunk_bytes: int = 16 << 20
 
     async def batch(self, seq: int, n: int) -> list[RawMessage]:
         """One batched direct get: up to n messages from seq on."""
@@ -123,26 +116,20 @@ class DirectReader:
             seq = msgs[-1].seq + 1
 
 
+@dataclass
 class ConsumerReader:
     """For streams without `allow_direct`: an ephemeral, unacknowledged pull consumer from the
     range start, its deliveries read raw (every header value kept); chunks are bounded by
-    message count only. Each message's reply subject
-    says how many matching messages are still pending, so the reader knows when the stream
-    holds no more for it, even when the filter matches nothing in the rest of the range."""
+    message count only. Each message's reply subject says how many matching messages are still
+    pending, so the reader knows when the stream holds no more for it, even when the filter
+    matches nothing in the rest of the range."""
 
-    def __init__(
-        self,
-        nc: ReplicatorClient,
-        stream: str,
-        filter_subject: str = "",
-        chunk_messages: int = 1000,
-        wait_s: float = 2.0,
-    ) -> None:
-        self.nc = nc
-        self.stream = stream
-        self.filter_subject = filter_subject
-        self.chunk_messages = chunk_messages
-        self.wait_s = wait_s
+    nc: ReplicatorClient
+    stream: str
+    filter_subject: str = ""
+    chunk_messages: int = 1000
+    # How long one pull request waits for messages before the server ends it.
+    wait_s: float = 2.0
 
     async def _create(self, start: int) -> str:
         cfg: dict[str, object] = {

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -166,6 +167,8 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.o.max_messages_per_batch)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self.o.stop_file and os.path.exists(self.o.stop_file):
+            return start  # stopping: the batch that ran is the last
         info = self._info()
         end = info.state.last_seq + 1
         begin = int(start["seq"])

@@ -6,6 +6,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -39,6 +40,9 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+QUIET_LOG_CONFIG = Path(__file__).with_name("log4j2-quiet.properties")
+
+
 def python_for_workers() -> str:
     """The interpreter Spark's Python workers must use: this venv's, not whatever is on PATH."""
     return sys.executable
@@ -50,7 +54,9 @@ def build_session(
     conf: dict[str, str] | None = None,
     create_class_archive: bool = False,
     light_jvm: bool = True,
+    quiet: bool = True,
 ) -> SparkSession:
+    """`quiet`: Spark's own log shows errors only (the replicator's loglevel is not debug)."""
     py = python_for_workers()
     # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and the
     # JVM's ~60 threads touch many: 2 arenas took ~90 MB off the JVM's RSS (one-off run).
@@ -76,16 +82,39 @@ def build_session(
     # Ours first: the JVM takes the last of repeated flags, so the user's options win.
     java_opts = [
         driver_java_options(create_class_archive, light=light_jvm),
+        f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG}" if quiet else "",
         user.pop("spark.driver.extraJavaOptions", ""),
     ]
+    if quiet:
+        merged["spark.log.level"] = "ERROR"
     merged["spark.driver.extraJavaOptions"] = " ".join(o for o in java_opts if o)
     merged.update(user)
+    _launch_jvm_apart(master, app_name, merged)
     for k, v in merged.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(merged.get("spark.log.level", "WARN"))
     spark.dataSource.register(NatsJetStreamDataSource)
     return spark
+
+
+def _launch_jvm_apart(master: str, app_name: str, settings: dict[str, str]) -> None:
+    """Start Spark's JVM in a session of its own, so that a stop signal sent to this process's
+    whole group (a terminal's Ctrl-C, `kill -TERM -PGID`, systemd's KillMode=mixed) reaches
+    this driver only, which stops the queries and then Spark, in order; a JVM and Python
+    workers signalled at the same time died under it and printed tracebacks. They still end
+    with this process, killed or not: PySpark's gateway exits when its stdin, a pipe from this
+    process, closes, and Spark's Python daemons exit when the JVM does."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf().setMaster(master).setAppName(app_name)
+    for k, v in settings.items():
+        conf.set(k, v)
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
 @contextlib.contextmanager

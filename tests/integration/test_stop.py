@@ -1,0 +1,63 @@
+"""Stopping as systemd and a terminal do: the signal goes to the replicator's whole process
+group. It stops cleanly (one line, no traceback, exit 0) and the next start continues exactly."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from helpers import create_stream, publish, registration, run, start_replicator, wait_for, write_config
+
+from harness.streams import count_messages as count
+from harness.streams import read_all
+from replicator.headers import SOURCE_HEADER, parse_source_header
+from replicator.nats.wire import first_value
+
+pytestmark = pytest.mark.integration
+
+# What a stop must not print: tracebacks, py4j's lost gateway, error log lines (ours or Spark's).
+NOISE = (
+    "Traceback",
+    "Answer from Java side is empty",
+    "EOFError",
+    "Py4JError",
+    "KeyboardInterrupt",
+    " ERROR ",
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_to_the_whole_group_mid_copy_is_clean_and_resumable(
+    source_server, nats_server, tmp_path: Path, sig: signal.Signals
+) -> None:
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "ORDERS", ["orders.>"]))
+    items = [(f"orders.{i % 13}", registration(i), None) for i in range(30_000)]
+    run(publish(src, items))
+    cfg = write_config(
+        tmp_path / "sr.yaml",
+        "dc1",
+        [{"stream": "ORDERS", "source_url": src, "target_url": dst, "batch_max_messages": 500}],
+    )
+    rep = start_replicator(cfg)
+    wait_for(lambda: run(count(dst, "ORDERS")) >= 2_000, 180, "copying under way", rep)
+    assert rep.proc is not None
+    os.killpg(rep.proc.pid, sig)  # the whole group, as systemd's stop and Ctrl-C do
+    assert rep.proc.wait(60) == 0, rep.output()
+    out = rep.output()
+    assert out.count("stop requested") == 1
+    assert not [n for n in NOISE if n in out], out
+    assert run(count(dst, "ORDERS")) < len(items)  # it really stopped mid-copy
+
+    rep2 = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "ORDERS")) >= len(items), 240, "the rest after the restart", rep2)
+    finally:
+        assert rep2.stop() == 0, rep2.output()
+    seqs = [
+        parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence  # type: ignore[union-attr]
+        for m in run(read_all(dst, "ORDERS"))
+    ]
+    assert seqs == list(range(1, len(items) + 1)), "exactly the source, in order, nothing twice"
