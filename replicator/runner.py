@@ -16,6 +16,7 @@ from replicator.backoff import Backoff
 from replicator.config import Config, StreamConfig
 from replicator.metrics import metrics
 from replicator.monitor import Readiness, StreamState, serve
+from replicator.progress import PROGRESS_INTERVAL_S, Progress
 from replicator.replication import StreamReplication
 from replicator.spark.planners import SOURCE_CREATION_MODULES, release_idle_planners
 from replicator.spark.session import build_session
@@ -47,6 +48,7 @@ class Runner:
         self.planners_released = False
         self.readiness = Readiness()
         self.backoff = {r.label: Backoff() for r in self.replications}
+        self.progress = {r.label: Progress(r.label) for r in self.replications}
         # Batches a stream's sink had handled when its query last started.
         self._batches_at_start: dict[str, int] = {}
         for r in self.replications:
@@ -88,6 +90,7 @@ class Runner:
             # Every 0.1 s until each query has started a batch, so the planner processes go
             # before the task workers have grown (_release_planners_once_running); then every 1 s.
             next_check = 0.0
+            next_progress = time.monotonic() + PROGRESS_INTERVAL_S
             while not self.stop_event.wait(1.0 if self.planners_released else 0.1):
                 if not self.planners_released:
                     self._release_planners_once_running()
@@ -97,6 +100,9 @@ class Runner:
                 for r in self.replications:
                     self._supervise(r)
                     r.update_lag()
+                if time.monotonic() >= next_progress:
+                    next_progress += PROGRESS_INTERVAL_S
+                    self._log_progress()
                 if on_progress:
                     on_progress(self)
         finally:
@@ -129,6 +135,13 @@ class Runner:
         if self.stop_event.wait(wait):
             return
         self._start(r)
+
+    def _log_progress(self) -> None:
+        now = time.monotonic()
+        for r in self.replications:
+            if r.sink is not None:
+                t = r.sink.totals
+                log.info(self.progress[r.label].line(now, t.received, t.copied, r.lag))
 
     def _release_planners_once_running(self) -> None:
         """Once every query has started a batch, its planning is over: stop the processes
