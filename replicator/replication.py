@@ -42,16 +42,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def entry_dir(cfg: Config, s: StreamConfig) -> Path:
+    """A stream entry's directory under state_store: its checkpoint and its control files."""
+    return Path(cfg.state_store) / f"{s.stream}_{s.name}"
+
+
 def checkpoint_dir(cfg: Config, s: StreamConfig) -> Path:
-    return Path(cfg.state_store) / f"{s.stream}_{s.name}" / "checkpoint"
+    return entry_dir(cfg, s) / "checkpoint"
 
 
 def inflight_path(cfg: Config, s: StreamConfig) -> Path:
-    return Path(cfg.state_store) / f"{s.stream}_{s.name}" / "inflight.json"
+    return entry_dir(cfg, s) / "inflight.json"
 
 
 def stopping_path(cfg: Config, s: StreamConfig) -> Path:
-    return Path(cfg.state_store) / f"{s.stream}_{s.name}" / "stopping"
+    return entry_dir(cfg, s) / "stopping"
 
 
 class StreamReplication:

@@ -135,3 +135,28 @@ def registration(i: int, size: int = 1000) -> bytes:
     pad = max(0, size - len(json.dumps(body)) - 10)
     body["pad"] = "x" * pad
     return json.dumps(body).encode()
+
+
+def orders_backlog(src: str, dst: str, tmp_path: Path, n: int, batch_max_messages: int) -> tuple[Path, int]:
+    """A source stream ORDERS holding n ~1 KB messages and a replicator config that copies it to
+    the target in batches of at most batch_max_messages: (config path, n)."""
+    run(create_stream(src, "ORDERS", ["orders.>"]))
+    run(publish(src, [(f"orders.{i % 13}", registration(i), None) for i in range(n)]))
+    stream = {
+        "stream": "ORDERS",
+        "source_url": src,
+        "target_url": dst,
+        "batch_max_messages": batch_max_messages,
+    }
+    return write_config(tmp_path / "sr.yaml", "dc1", [stream]), n
+
+
+def copied_source_sequences(url: str, stream: str) -> list[int]:
+    """The source sequence of every copy in `stream`, in the target's order."""
+    from harness.streams import read_all
+    from replicator.headers import SOURCE_HEADER, parse_source_header
+
+    marks = [
+        parse_source_header(wire.first_value(m.headers, SOURCE_HEADER)) for m in run(read_all(url, stream))
+    ]
+    return [m.sequence if m else -1 for m in marks]

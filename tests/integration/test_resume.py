@@ -8,7 +8,9 @@ from pathlib import Path
 import nats
 import pytest
 from helpers import (
+    copied_source_sequences,
     create_stream,
+    orders_backlog,
     publish,
     registration,
     run,
@@ -27,34 +29,28 @@ pytestmark = pytest.mark.integration
 
 def test_kill9_mid_copy_then_restart_gives_exact_copy(source_server, nats_server, tmp_path: Path) -> None:
     src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "ORDERS", ["orders.>"]))
-    first = [(f"orders.{i % 13}", registration(i), None) for i in range(30_000)]
-    run(publish(src, first))
-    cfg = write_config(
-        tmp_path / "sr.yaml",
-        "dc1",
-        [{"stream": "ORDERS", "source_url": src, "target_url": dst, "batch_max_messages": 2000}],
-    )
+    cfg, n_first = orders_backlog(src, dst, tmp_path, 30_000, batch_max_messages=2000)
     rep = start_replicator(cfg)
     # Kill -9 while copies are in flight (somewhere inside the backlog), not at a batch boundary.
     wait_for(lambda: run(count(dst, "ORDERS")) >= 7_000, 180, "copying under way", rep)
     rep.kill9()
     partial = run(count(dst, "ORDERS"))
-    assert 0 < partial < len(first)
+    assert 0 < partial < n_first
 
     # More data arrives while the replicator is down; then it starts again and catches up.
     more = [(f"orders.{i % 13}", registration(i), None) for i in range(30_000, 35_000)]
     run(publish(src, more))
     rep2 = start_replicator(cfg)
     try:
-        total = len(first) + len(more)
+        total = n_first + len(more)
         wait_for(lambda: run(count(dst, "ORDERS")) >= total, 240, "catch-up after restart", rep2)
     finally:
         assert rep2.stop() == 0, rep2.output()
     got = run(read_all(dst, "ORDERS"))
     want = run(read_all(src, "ORDERS"))
-    seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in got]  # type: ignore[union-attr]
-    assert seqs == [m.seq for m in want], "target must equal source sequence by sequence, no duplicates"
+    assert copied_source_sequences(dst, "ORDERS") == [m.seq for m in want], (
+        "target must equal source sequence by sequence, no duplicates"
+    )
     assert [m.data for m in got] == [m.data for m in want]
     assert "resuming after it" in rep2.output()
 

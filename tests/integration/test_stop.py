@@ -8,12 +8,9 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import create_stream, publish, registration, run, start_replicator, wait_for, write_config
+from helpers import copied_source_sequences, orders_backlog, run, start_replicator, wait_for
 
 from harness.streams import count_messages as count
-from harness.streams import read_all
-from replicator.headers import SOURCE_HEADER, parse_source_header
-from replicator.nats.wire import first_value
 
 pytestmark = pytest.mark.integration
 
@@ -33,14 +30,7 @@ def test_a_stop_signal_to_the_whole_group_mid_copy_is_clean_and_resumable(
     source_server, nats_server, tmp_path: Path, sig: signal.Signals
 ) -> None:
     src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "ORDERS", ["orders.>"]))
-    items = [(f"orders.{i % 13}", registration(i), None) for i in range(30_000)]
-    run(publish(src, items))
-    cfg = write_config(
-        tmp_path / "sr.yaml",
-        "dc1",
-        [{"stream": "ORDERS", "source_url": src, "target_url": dst, "batch_max_messages": 500}],
-    )
+    cfg, n = orders_backlog(src, dst, tmp_path, 30_000, batch_max_messages=500)
     rep = start_replicator(cfg)
     wait_for(lambda: run(count(dst, "ORDERS")) >= 2_000, 180, "copying under way", rep)
     assert rep.proc is not None
@@ -49,15 +39,11 @@ def test_a_stop_signal_to_the_whole_group_mid_copy_is_clean_and_resumable(
     out = rep.output()
     assert out.count("stop requested") == 1
     assert not [n for n in NOISE if n in out], out
-    assert run(count(dst, "ORDERS")) < len(items)  # it really stopped mid-copy
+    assert run(count(dst, "ORDERS")) < n  # it really stopped mid-copy
 
     rep2 = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "ORDERS")) >= len(items), 240, "the rest after the restart", rep2)
+        wait_for(lambda: run(count(dst, "ORDERS")) >= n, 240, "the rest after the restart", rep2)
     finally:
         assert rep2.stop() == 0, rep2.output()
-    seqs = [
-        parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence  # type: ignore[union-attr]
-        for m in run(read_all(dst, "ORDERS"))
-    ]
-    assert seqs == list(range(1, len(items) + 1)), "exactly the source, in order, nothing twice"
+    assert copied_source_sequences(dst, "ORDERS") == list(range(1, n + 1)), "exactly the source, in order"
