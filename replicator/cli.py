@@ -80,7 +80,7 @@ def run(
     from replicator.logs import setup_logging
     from replicator.runner import Runner
 
-    setup_logging(cfg.loglevel, cfg.logfile)
+    setup_logging(cfg.loglevel, cfg.logfile, cfg.log_format)
     runner = Runner(cfg, streams, spark_master)
     signal.signal(signal.SIGTERM, runner.request_stop)
     signal.signal(signal.SIGINT, runner.request_stop)

@@ -226,6 +226,8 @@ class Config(_Strict):
     monitor_port: int = Field(default=0, ge=0, le=65535)
     loglevel: Literal["debug", "info", "warn", "warning", "error"] = "info"
     logfile: str = ""
+    # Extension: one JSON object a line for log shippers.
+    log_format: Literal["text", "json"] = "text"
     tls: TLSConfig | None = None
     # Extensions: where the Spark job runs, and extra Spark settings.
     spark_master: str = "local[*]"

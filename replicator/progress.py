@@ -11,7 +11,6 @@ PROGRESS_INTERVAL_S = 30.0
 
 @dataclass
 class Progress:
-    label: str
     _last: tuple[float, int, int] | None = field(default=None, init=False)
 
     def line(self, now: float, received: int, copied: int, lag: int | None) -> str:
@@ -24,4 +23,4 @@ class Progress:
             rate = f" in the last {dt:.0f}s ({(received - r0) / dt:,.0f} msg/s read, {(copied - c0) / dt:,.0f} copied)"
         self._last = (now, received, copied)
         behind = "unknown" if lag is None else f"{lag:,}"
-        return f"{self.label}: {received:,} read, {copied:,} copied{rate}; lag {behind} messages"
+        return f"{received:,} read, {copied:,} copied{rate}; lag {behind} messages"

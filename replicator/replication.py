@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +14,7 @@ import pyarrow as pa
 
 from replicator.aio import LoopThread
 from replicator.config import Config, StreamConfig
+from replicator.logs import stream_logger
 from replicator.metrics import metrics
 from replicator.nats.connect import open_connection
 from replicator.nats.jetstream import (
@@ -38,8 +38,6 @@ from replicator.spark.sink import OrderedSink, SinkSettings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
-
-log = logging.getLogger(__name__)
 
 
 def entry_dir(cfg: Config, s: StreamConfig) -> Path:
@@ -72,6 +70,7 @@ class StreamReplication:
         self._source_nc: Any = None
         self._start_time: datetime | None = None
         self.lag: int | None = None  # last value of update_lag(), for progress reports
+        self.log = stream_logger(__name__, self.label)
 
     @property
     def label(self) -> str:
@@ -103,18 +102,15 @@ class StreamReplication:
         finally:
             await target.close()
         if floor and floor > info.state.last_seq:
-            log.warning(
-                "%s: the target holds copies up to source sequence %d but the source ends at %d: the "
+            self.log.warning(
+                "the target holds copies up to source sequence %d but the source ends at %d: the "
                 "source stream was recreated; copying it again from its start",
-                self.label,
                 floor,
                 info.state.last_seq,
             )
             floor = 0
         if floor:
-            log.info(
-                "%s: target already holds source sequences up to %d; resuming after it", self.label, floor
-            )
+            self.log.info("target already holds source sequences up to %d; resuming after it", floor)
         created = int(info.created.timestamp()) if info.created else 0
         self._start_time = as_start_time(s.start_time, s.start_delta, datetime.now(UTC))
         self.sink = OrderedSink(
@@ -180,15 +176,14 @@ class StreamReplication:
         try:
             self.sink.wait_published(self.sink.settings.ack_timeout)  # a publish still running settles first
         except Exception as e:
-            log.info("%s: the batch in flight failed (%s); publishing it again", self.label, e)
+            self.log.info("the batch in flight failed (%s); publishing it again", e)
         record = self.sink.inflight
         left = record.read() if record is not None else None
         if record is None or left is None:
             return
         first = max(left.first_seq, self.sink.floor + 1)
         if first <= left.last_seq:
-            log.info("%s: publishing source sequences %d-%d, left in flight when it last stopped",
-                     self.label, first, left.last_seq)  # fmt: skip
+            self.log.info("publishing source sequences %d-%d, left in flight when it last stopped", first, left.last_seq)  # fmt: skip
             for chunk in read_range_chunks(self.reader_options(), first, left.last_seq + 1):
                 self.sink.republish(pa.Table.from_batches([to_record_batch(self.s.stream, chunk)]))
         self.sink.floor = max(self.sink.floor, left.last_seq)
@@ -229,7 +224,7 @@ class StreamReplication:
                 .option("checkpointLocation", str(ckpt))
                 .start()
             )
-        log.info("%s: replicating to %s (checkpoint %s)", self.label, self.s.target_stream, ckpt)
+        self.log.info("replicating to %s (checkpoint %s)", self.s.target_stream, ckpt)
         return self.query
 
     def update_lag(self) -> int | None:
@@ -260,14 +255,14 @@ class StreamReplication:
             with contextlib.suppress(Exception):
                 while self.query.isActive and self.query.status.get("isTriggerActive"):
                     if time.monotonic() > deadline:
-                        log.warning("%s: the batch in flight did not end within %.0fs; abandoning it (it is "
-                                    "read again on the next start)", self.label, grace)  # fmt: skip
+                        self.log.warning("the batch in flight did not end within %.0fs; abandoning it (it is "
+                                    "read again on the next start)", grace)  # fmt: skip
                         break
                     time.sleep(0.05)
             try:
                 self.query.stop()
             except Exception as e:  # a failed query may already be gone
-                log.debug("%s: stopping query: %s", self.label, e)
+                self.log.debug("stopping query: %s", e)
             stopping.unlink(missing_ok=True)
         if self.sampling_sink is not None:
             self.sampling_sink.close()
@@ -277,5 +272,5 @@ class StreamReplication:
             try:
                 self.loop.run(self._source_nc.close(), 5)
             except Exception as e:
-                log.debug("%s: closing source: %s", self.label, e)
+                self.log.debug("closing source: %s", e)
             self._source_nc = None

@@ -48,7 +48,7 @@ class Runner:
         self.planners_released = False
         self.readiness = Readiness()
         self.backoff = {r.label: Backoff() for r in self.replications}
-        self.progress = {r.label: Progress(r.label) for r in self.replications}
+        self.progress = {r.label: Progress() for r in self.replications}
         # Batches a stream's sink had handled when its query last started.
         self._batches_at_start: dict[str, int] = {}
         for r in self.replications:
@@ -116,13 +116,13 @@ class Runner:
         if q is not None and q.isActive and published is not None:
             # A batch Spark already committed could not be published: stop reading, publish it
             # again (catch_up) and resume, as for a failed batch.
-            log.error("%s: publishing a batch failed (%s)", r.label, _first_line(published))
+            r.log.error("publishing a batch failed (%s)", _first_line(published))
             q.stop()
             r.query = None
         elif q is None or not q.isActive:
             err = q.exception() if q is not None else None
             if q is not None:
-                log.error("%s: batch failed (%s)", r.label, _first_line(err) if err else "stopped")
+                r.log.error("batch failed (%s)", _first_line(err) if err else "stopped")
             r.query = None
         else:
             if r.sink.batches > self._batches_at_start.get(r.label, 0):
@@ -131,7 +131,7 @@ class Runner:
         r.sink.labels.of(metrics().errors).inc()
         self.readiness.set(r.label, StreamState.RETRYING)
         wait = self.backoff[r.label].next_wait()
-        log.info("%s: retrying from the checkpoint in %.0fs", r.label, wait)
+        r.log.info("retrying from the checkpoint in %.0fs", wait)
         if self.stop_event.wait(wait):
             return
         self._start(r)
@@ -141,7 +141,7 @@ class Runner:
         for r in self.replications:
             if r.sink is not None:
                 t = r.sink.totals
-                log.info(self.progress[r.label].line(now, t.received, t.copied, r.lag))
+                r.log.info(self.progress[r.label].line(now, t.received, t.copied, r.lag))
 
     def _release_planners_once_running(self) -> None:
         """Once every query has started a batch, its planning is over: stop the processes
@@ -162,7 +162,7 @@ class Runner:
         try:
             r.start(self.spark)
         except Exception as e:
-            log.error("%s: could not start (%s)", r.label, _first_line(e))
+            r.log.error("could not start (%s)", _first_line(e))
             r.query = None
             self.readiness.set(r.label, StreamState.RETRYING)
         else:

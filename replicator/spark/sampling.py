@@ -152,7 +152,7 @@ class SamplingSink:
                 advisories.labels(*self.ordered.labels.values(), c["values"]).inc(c["counts"])
         result.seconds = time.monotonic() - started
         self.ordered.account(result)
-        log.debug("batch %d: %d messages, %d copied, %d advisories", batch_id, result.received,
+        self.ordered.log.debug("batch %d: %d messages, %d copied, %d advisories", batch_id, result.received,
                   result.copied, advs.num_rows)  # fmt: skip
 
     async def _conn(self) -> Any:

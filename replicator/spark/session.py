@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,7 +90,7 @@ def build_session(
         merged["spark.log.level"] = "ERROR"
     merged["spark.driver.extraJavaOptions"] = " ".join(o for o in java_opts if o)
     merged.update(user)
-    _launch_jvm_apart(master, app_name, merged)
+    _launch_jvm_apart(master, app_name, merged, quiet)
     for k, v in merged.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
@@ -98,22 +99,28 @@ def build_session(
     return spark
 
 
-def _launch_jvm_apart(master: str, app_name: str, settings: dict[str, str]) -> None:
+def _launch_jvm_apart(master: str, app_name: str, settings: dict[str, str], quiet: bool) -> None:
     """Start Spark's JVM in a session of its own, so that a stop signal sent to this process's
     whole group (a terminal's Ctrl-C, `kill -TERM -PGID`, systemd's KillMode=mixed) reaches
     this driver only, which stops the queries and then Spark, in order; a JVM and Python
     workers signalled at the same time died under it and printed tracebacks. They still end
     with this process, killed or not: PySpark's gateway exits when its stdin, a pipe from this
-    process, closes, and Spark's Python daemons exit when the JVM does."""
+    process, closes, and Spark's Python daemons exit when the JVM does.
+    Its console output comes back through a pipe and Python's logging (replicator.spark.jvm_log)."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
+
+    from replicator.spark.jvm_log import forward_jvm_output
 
     if SparkContext._gateway is not None:
         return
     conf = SparkConf().setMaster(master).setAppName(app_name)
     for k, v in settings.items():
         conf.set(k, v)
-    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    popen_kwargs = {"start_new_session": True, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    gateway = launch_gateway(conf, popen_kwargs=popen_kwargs)
+    if gateway.proc is not None and gateway.proc.stdout is not None:
+        forward_jvm_output(gateway.proc.stdout, quiet)
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 

@@ -30,6 +30,7 @@ from replicator.headers import (
     is_copied,
     message_id,
 )
+from replicator.logs import stream_logger
 from replicator.metrics import MetricLabels, metrics
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.connect import open_connection
@@ -83,6 +84,7 @@ class OrderedSink:
     ) -> None:
         self.settings = settings
         self.loop = loop
+        self.log = stream_logger(__name__, f"{settings.source_stream}/{settings.config_name}")
         # Where the batch being published is recorded until acknowledged (None: publish in the
         # foreachBatch call itself; the sampling sink does, its decisions are not re-derivable).
         self.inflight = inflight
@@ -123,7 +125,7 @@ class OrderedSink:
                 self.floor = max(self.floor, result.last_seq)
                 result.seconds = time.monotonic() - started
                 self.account(result)
-        log.debug(
+        self.log.debug(
             "batch %d: %d rows, collect %.3fs, then %.3fs",
             batch_id,
             result.received,
@@ -301,8 +303,7 @@ class OrderedSink:
         try:
             self.wait_published(grace)
         except Exception as e:  # its in-flight record stays: the next start publishes it
-            log.warning("%s: the last batch was not fully published (%s); it will be on the next start",
-                        self.settings.source_stream, e)  # fmt: skip
+            self.log.warning("the last batch was not fully published (%s); it will be on the next start", e)
         if self._nc is not None and not self._nc.is_closed:
             try:
                 self.loop.run(self._nc.close(), 5)

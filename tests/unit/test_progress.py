@@ -6,9 +6,9 @@ from replicator.progress import Progress
 
 
 def test_the_first_line_gives_totals_and_later_ones_the_rate_since_the_last() -> None:
-    p = Progress("ORDERS/dc1")
-    assert p.line(100.0, 1000, 500, 20) == "ORDERS/dc1: 1,000 read, 500 copied; lag 20 messages"
+    p = Progress()
+    assert p.line(100.0, 1000, 500, 20) == "1,000 read, 500 copied; lag 20 messages"
     assert p.line(130.0, 31_000, 3_500, 0) == (
-        "ORDERS/dc1: 31,000 read, 3,500 copied in the last 30s (1,000 msg/s read, 100 copied); lag 0 messages"
+        "31,000 read, 3,500 copied in the last 30s (1,000 msg/s read, 100 copied); lag 0 messages"
     )
     assert p.line(160.0, 31_000, 3_500, None).endswith("(0 msg/s read, 0 copied); lag unknown messages")

@@ -1,0 +1,98 @@
+"""Log lines an operator and a log shipper can read: each says which stream it is about, JSON
+on request, and the JVM's start-up chatter dropped unless debugging."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from replicator.logs import setup_logging, stream_logger
+from replicator.spark.jvm_log import classify
+
+
+class Captured:
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+
+    def getvalue(self) -> str:
+        return self.capsys.readouterr().err
+
+
+@pytest.fixture
+def captured(capsys: pytest.CaptureFixture[str]) -> Iterator[Captured]:
+    root = logging.getLogger()
+    before = (root.handlers[:], root.level)
+    yield Captured(capsys)
+    root.handlers[:], root.level = before[0], before[1]
+
+
+def test_text_lines_name_the_stream_they_are_about(captured: Captured) -> None:
+    setup_logging("info", "", "text")
+    stream_logger("replicator.runner", "ORDERS/dc1").info("copied %d", 5)
+    logging.getLogger("replicator.runner").info("stopped")
+    first, second = captured.getvalue().splitlines()
+    assert first.endswith(" INFO replicator.runner: ORDERS/dc1: copied 5")
+    assert second.endswith(" INFO replicator.runner: stopped")
+
+
+def test_json_lines_carry_the_stream_as_a_field(captured: Captured) -> None:
+    setup_logging("info", "", "json")
+    stream_logger("replicator.runner", "ORDERS/dc1").warning("lag %d", 7)
+    logging.getLogger("spark").error("Executor: lost")
+    first, second = (json.loads(line) for line in captured.getvalue().splitlines())
+    assert {k: first[k] for k in ("level", "logger", "stream", "message")} == {
+        "level": "WARNING",
+        "logger": "replicator.runner",
+        "stream": "ORDERS/dc1",
+        "message": "lag 7",
+    }
+    assert first["time"]
+    assert second["stream"] is None and second["message"] == "Executor: lost"
+    assert set(first) == {"time", "level", "logger", "stream", "message"}
+
+
+def test_debug_lines_are_kept_only_at_debug(captured: Captured) -> None:
+    setup_logging("info")
+    stream_logger("x", "S/n").debug("hidden")
+    setup_logging("debug")
+    stream_logger("x", "S/n").debug("shown")
+    out = captured.getvalue()
+    assert out.count("S/n:") == 1 and "shown" in out
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "WARNING: Using incubator modules: jdk.incubator.vector",
+        'Setting default log level to "WARN".',
+        "To adjust logging level use sc.setLogLevel(newLevel). For SparkR, use setLogLevel(newLevel).",
+        'Setting Spark log level to "ERROR".',
+        "   ",
+    ],
+)
+def test_the_jvms_start_up_chatter_is_dropped_unless_debugging(line: str) -> None:
+    assert classify(line + "\n", quiet=True) is None
+    if line.strip():
+        assert classify(line, quiet=False) == (logging.WARNING, line)
+
+
+def test_spark_log_lines_keep_their_level_and_logger() -> None:
+    ours = "2026-11-23 18:41:47,503 ERROR spark.Executor: Exception in task 0.0\n"
+    assert classify(ours, quiet=True) == (logging.ERROR, "Executor: Exception in task 0.0")
+    default = "26/11/23 18:41:47 WARN Utils: Your hostname resolves to a loopback address"
+    assert classify(default, quiet=False) == (
+        logging.WARNING,
+        "Utils: Your hostname resolves to a loopback address",
+    )
+
+
+def test_anything_else_the_jvm_prints_is_shown_as_a_warning() -> None:
+    trace = "\tat org.apache.spark.scheduler.Task.run(Task.scala:147)"
+    assert classify(trace, quiet=True) == (logging.WARNING, trace)
+    assert classify("Traceback (most recent call last):", quiet=True) == (
+        logging.WARNING,
+        "Traceback (most recent call last):",
+    )
