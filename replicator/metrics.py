@@ -48,6 +48,18 @@ class Metrics:
             registry=registry,
         )
 
+    def start_series(self, labels: MetricLabels, events: tuple[str, ...] = ()) -> None:
+        """Create a stream's series at zero, so that every one is on /metrics from the start
+        (an absent series reads as "no data", not 0, on a dashboard), advisories per event."""
+        for m in (
+            self.received_msgs, self.received_bytes, self.copied_msgs, self.copied_bytes,
+            self.skipped_msgs, self.skipped_bytes, self.too_old, self.duplicates, self.errors,
+            self.lag, self.sequence, self.batch_seconds,
+        ):  # fmt: skip
+            m.labels(*labels.values())
+        for event in events:
+            self.advisories.labels(*labels.values(), event)
+
 
 _METRICS: Metrics | None = None
 

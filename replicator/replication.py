@@ -27,7 +27,7 @@ from replicator.nats.jetstream import (
 from replicator.nats.urls import parse_nats_url
 from replicator.options import ReaderOptions
 from replicator.sampling.extract import SenderExtractor
-from replicator.sampling.rules import SamplingParams
+from replicator.sampling.rules import Event, SamplingParams
 from replicator.spark.datasource import read_range_chunks
 from replicator.spark.inflight import InflightRecord
 from replicator.spark.rows import to_record_batch
@@ -131,6 +131,9 @@ class StreamReplication:
             # Copying overlaps publishing with Spark's next batch; sampling publishes in the
             # batch itself (its decisions live in Spark's state, not in the source).
             inflight=None if s.sampling else InflightRecord(inflight_path(self.cfg, s)),
+        )
+        metrics().start_series(
+            self.sink.labels, tuple(Event) if s.sampling and s.advisory is not None else ()
         )
         if s.sampling:
             self.sampling_sink = SamplingSink(
