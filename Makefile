@@ -6,7 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-unit test-integration demo bench bench-emulator loadtest scenarios lint format clean
+# make dist: wheel, sdist, packed environment and submit file for spark-submit (harness/dist.py).
+.PHONY: install dist test test-unit test-integration demo bench bench-emulator loadtest scenarios lint format clean
 
 install: $(STAMP)
 
@@ -27,6 +28,9 @@ test-unit: install
 
 test-integration: install
 	$(BIN)/pytest -q -ra tests/integration
+
+dist: install
+	$(BIN)/python -m harness.dist
 
 demo: install
 	$(BIN)/python -m harness.demo
@@ -57,4 +61,4 @@ format: install
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) state reports .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) state reports dist .pytest_cache .mypy_cache .ruff_cache

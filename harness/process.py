@@ -37,10 +37,21 @@ def readiness(port: int, timeout: float = 2.0) -> dict[str, object] | None:
 
 
 class ReplicatorProcess:
-    """`stream-replicator run --config CONFIG` with its output appended to `log_path`."""
+    """`stream-replicator run --config CONFIG` with its output appended to `log_path`.
+    `command` replaces `python -m replicator.cli run` (an installed script, spark-submit)."""
 
-    def __init__(self, config: Path, log_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        log_path: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.config, self.log_path, self.args, self.env = config, log_path, args, env
+        self.command = command or [sys.executable, "-m", "replicator.cli", "run"]
+        self.cwd = cwd
         self.port = monitor_port_of(config)
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -54,8 +65,8 @@ class ReplicatorProcess:
     def start(self, wait: bool = True, timeout: float = 240) -> ReplicatorProcess:
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "replicator.cli", "run", "--config", str(self.config), *self.args],
-                stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                [*self.command, "--config", str(self.config), *self.args],
+                stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd,
                 start_new_session=True,  # kill -9 of the group takes the JVM and workers with it
             )  # fmt: skip
         if wait:

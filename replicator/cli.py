@@ -94,6 +94,14 @@ def run(
     sys.exit(code)
 
 
+@app.command("submit-file")
+def submit_file() -> None:
+    """Print the path of the application file to give spark-submit (then --config FILE)."""
+    from replicator import submit
+
+    typer.echo(submit.__file__)
+
+
 admin = typer.Typer(no_args_is_help=True, help="Inspect a replicator's state.")
 app.add_typer(admin, name="admin")
 

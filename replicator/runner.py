@@ -69,7 +69,7 @@ class Runner:
             if not r.prepare(self.stop_event.is_set):
                 return 0
             self.readiness.set(r.label, StreamState.STARTING)
-        log.info("starting Spark (%s)", self.master)
+        log.info("starting Spark")
         self.spark = build_session(
             self.master,
             f"stream-replicator-{self.cfg.name}",
@@ -78,6 +78,7 @@ class Runner:
             light_jvm=not any(s.sampling for s in self.streams),
             quiet=self.cfg.loglevel != "debug",
         )
+        log.info("Spark started (master %s)", self.spark.sparkContext.master)
         # Spark's task workers start beside the first query's planning, not after it.
         warm_task_workers(self.spark)
         # PySpark installs its own SIGINT handler when the context starts; ours must win.
@@ -193,7 +194,7 @@ class Runner:
         log.info("stopped")
 
 
-_PYTHON_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
+_PYTHON_ERROR_LINE = re.compile(r"^(?:: )?(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
 
 
 def _first_line(e: BaseException) -> str:

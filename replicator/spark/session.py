@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,7 +60,11 @@ def build_session(
     light_jvm: bool = True,
     quiet: bool = True,
 ) -> SparkSession:
-    """`quiet`: Spark's own log shows errors only (the replicator's loglevel is not debug)."""
+    """`quiet`: Spark's own log shows errors only (the replicator's loglevel is not debug).
+    Under spark-submit, its JVM, master and Python settings are used: see `submitted_conf`."""
+    submitted = submitted_conf()
+    if submitted is not None:
+        return _submitted_session(submitted, app_name, conf)
     py = python_for_workers()
     # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and the
     # JVM's ~60 threads touch many: 2 arenas took ~90 MB off the JVM's RSS (one-off run).
@@ -97,6 +104,57 @@ def build_session(
     spark.sparkContext.setLogLevel(merged.get("spark.log.level", "WARN"))
     spark.dataSource.register(NatsJetStreamDataSource)
     return spark
+
+
+def submitted_conf() -> dict[str, str] | None:
+    """The Spark settings spark-submit started this driver with (its master, --conf, the
+    pyspark Python of a packed environment); None when not started by spark-submit (the JVM
+    is then ours to launch)."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM
+    return dict(SparkConf().getAll())
+
+
+def _submitted_session(submitted: dict[str, str], app_name: str, conf: dict[str, str] | None) -> SparkSession:
+    """Ours < the config's `spark_conf` < spark-submit's: a default only where neither set it.
+    JVM options and Python paths are spark-submit's (the JVM runs; executors use the archive's
+    Python)."""
+    from pyspark.sql import SparkSession
+
+    from replicator.spark.datasource import NatsJetStreamDataSource
+
+    link_packed_environment_for_the_driver()
+    settings = {k: v for k, v in DEFAULT_CONF.items() if not k.startswith("spark.driver.")}
+    settings.update(conf or {})
+    builder = SparkSession.builder.appName(submitted.get("spark.app.name", app_name))
+    for k, v in settings.items():
+        if k not in submitted:
+            builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.dataSource.register(NatsJetStreamDataSource)
+    return spark
+
+
+def link_packed_environment_for_the_driver() -> None:
+    """Spark runs a Python data source's planning in Python workers on the driver, with the
+    same interpreter path as the executors' tasks: `spark.pyspark.python`, which with a packed
+    environment is relative (./environment/bin/python) and exists only in the executors'
+    directories. Where it is missing in the driver's directory, link it to this driver's own
+    environment, which holds the same packages."""
+    exec_path = os.environ.get("PYSPARK_PYTHON", "")
+    parts = Path(exec_path).parts
+    if not exec_path or Path(exec_path).is_absolute() or len(parts) < 2 or Path(exec_path).exists():
+        return
+    top = Path(parts[0] if parts[0] != "." else parts[1])
+    if top.exists() or top.is_symlink():
+        return  # the user's own: leave it alone
+    top.symlink_to(sys.prefix, target_is_directory=True)
+    log.info(
+        "linked %s -> %s so that the driver's Python workers find %s", Path.cwd() / top, sys.prefix, exec_path
+    )
 
 
 def _launch_jvm_apart(master: str, app_name: str, settings: dict[str, str], quiet: bool) -> None:

@@ -4,9 +4,7 @@ pyspark package on this machine."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +19,8 @@ from helpers import (
     wait_for,
     write_config,
 )
+from spark_cluster import standalone_cluster
 
-from harness.localnats import free_port
 from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import SOURCE_HEADER, parse_source_header
@@ -33,71 +31,10 @@ pytestmark = pytest.mark.integration
 SPARK_HOME = Path(pyspark.__file__).parent
 
 
-def _spark_class(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    out = log.open("wb")
-    return subprocess.Popen(
-        [str(SPARK_HOME / "bin" / "spark-class"), *args], stdout=out, stderr=subprocess.STDOUT, env=env
-    )
-
-
 @pytest.fixture
 def spark_standalone(tmp_path: Path) -> Iterator[str]:
-    env = dict(
-        os.environ,
-        SPARK_HOME=str(SPARK_HOME),
-        PYSPARK_PYTHON=sys.executable,
-        SPARK_WORKER_DIR=str(tmp_path / "work"),
-        SPARK_LOCAL_IP="127.0.0.1",
-        SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
-    )
-    port = free_port()
-    master_url = f"spark://127.0.0.1:{port}"
-    master = _spark_class(
-        [
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--webui-port",
-            str(free_port()),
-        ],
-        tmp_path / "master.log",
-        env,
-    )
-    worker = _spark_class(
-        [
-            "org.apache.spark.deploy.worker.Worker",
-            "--host",
-            "127.0.0.1",
-            "--cores",
-            "2",
-            "--memory",
-            "1G",
-            "--webui-port",
-            str(free_port()),
-            master_url,
-        ],
-        tmp_path / "worker.log",
-        env,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while "Registering worker" not in (tmp_path / "master.log").read_text(errors="replace"):
-            if time.monotonic() > deadline or master.poll() is not None or worker.poll() is not None:
-                raise RuntimeError(
-                    "Spark standalone did not start:\n" + (tmp_path / "master.log").read_text()
-                )
-            time.sleep(0.5)
-        yield master_url
-    finally:
-        for p in (worker, master):
-            p.terminate()
-        for p in (worker, master):
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    with standalone_cluster(SPARK_HOME, tmp_path, dict(os.environ, PYSPARK_PYTHON=sys.executable)) as url:
+        yield url
 
 
 def test_runs_on_a_spark_standalone_cluster(

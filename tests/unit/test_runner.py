@@ -18,3 +18,14 @@ def test_a_failed_batch_is_reported_by_its_python_reason_not_sparks_wrapper() ->
     )
     assert _first_line(ValueError("plain reason\nmore")) == "plain reason"
     assert _first_line(RuntimeError()) == "RuntimeError"
+
+
+def test_a_java_error_is_reported_by_its_exception_not_py4js_call_line() -> None:
+    py4j_style = Exception(
+        "An error occurred while calling o82.load.\n"
+        ': java.io.IOException: Cannot run program "./environment/bin/python": error=2, No such file\n'
+        "\tat java.base/java.lang.ProcessBuilder.start(ProcessBuilder.java:1143)\n"
+    )
+    assert _first_line(py4j_style) == (
+        'IOException: Cannot run program "./environment/bin/python": error=2, No such file'
+    )
