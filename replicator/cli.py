@@ -94,6 +94,34 @@ def run(
     sys.exit(code)
 
 
+@app.command()
+def health(
+    config: ConfigOpt,
+    ready: Annotated[
+        bool, typer.Option(help="Ask /readyz (every stream replicating) instead of /healthz")
+    ] = False,
+    host: Annotated[str, typer.Option(help="Where the replicator's monitor port listens")] = "127.0.0.1",
+) -> None:
+    """Ask a running replicator's monitor port whether it is alive (exit 0) or not (exit 1):
+    for container health checks and service watchdogs."""
+    import urllib.error
+    import urllib.request
+
+    cfg = _load(config)
+    if not cfg.monitor_port:
+        _fail(f"{config}: monitor_port is not set: set it to a free port (e.g. 9100) to check health")
+    url = f"http://{host}:{cfg.monitor_port}/{'readyz' if ready else 'healthz'}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            typer.echo(f"{url}: {r.status} {r.read().decode(errors='replace').strip()}")
+    except urllib.error.HTTPError as e:
+        typer.echo(f"{url}: {e.code} {e.read().decode(errors='replace').strip()}", err=True)
+        raise typer.Exit(1) from None
+    except OSError as e:
+        typer.echo(f"{url}: not answering ({getattr(e, 'reason', e)})", err=True)
+        raise typer.Exit(1) from None
+
+
 @app.command("submit-file")
 def submit_file() -> None:
     """Print the path of the application file to give spark-submit (then --config FILE)."""
