@@ -64,7 +64,7 @@ def build_session(
     Under spark-submit, its JVM, master and Python settings are used: see `submitted_conf`."""
     submitted = submitted_conf()
     if submitted is not None:
-        return _submitted_session(submitted, app_name, conf)
+        return _submitted_session(submitted, app_name, conf, quiet)
     py = python_for_workers()
     # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and the
     # JVM's ~60 threads touch many: 2 arenas took ~90 MB off the JVM's RSS (one-off run).
@@ -118,7 +118,9 @@ def submitted_conf() -> dict[str, str] | None:
     return dict(SparkConf().getAll())
 
 
-def _submitted_session(submitted: dict[str, str], app_name: str, conf: dict[str, str] | None) -> SparkSession:
+def _submitted_session(
+    submitted: dict[str, str], app_name: str, conf: dict[str, str] | None, quiet: bool
+) -> SparkSession:
     """Ours < the config's `spark_conf` < spark-submit's: a default only where neither set it.
     JVM options and Python paths are spark-submit's (the JVM runs; executors use the archive's
     Python)."""
@@ -134,6 +136,8 @@ def _submitted_session(submitted: dict[str, str], app_name: str, conf: dict[str,
         if k not in submitted:
             builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    if quiet:  # spark-submit's JVM logs with the cluster's log4j setup; from here, errors only
+        spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(NatsJetStreamDataSource)
     return spark
 

@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,9 +86,15 @@ def test_the_wheel_in_a_new_venv_validates_and_copies(
         cfg, tmp_path / "replicator.log", env=user_env(venv), cwd=tmp_path,
         command=[str(venv / "bin" / "stream-replicator"), "run"],
     )  # fmt: skip
+    started = time.monotonic()
     rep.start(wait=False)
     try:
+        wait_for(lambda: run(count(nats_server.url, "ORDERS")) >= 1, 180, "the first copy", rep)
+        first = time.monotonic() - started
         wait_for(lambda: run(count(nats_server.url, "ORDERS")) >= n, 180, "the copy", rep)
+        print(
+            f"wheel: pip install {artifacts.seconds['install']:.0f} s, first copy {first:.1f} s after start"
+        )
     finally:
         assert rep.stop() == 0, rep.output()
     assert copied_source_sequences(nats_server.url, "ORDERS") == list(range(1, n + 1))

@@ -85,4 +85,4 @@ def test_the_container_runs_as_a_non_root_user_with_a_health_check() -> None:
         "stream-replicator", "health", "--config", "/etc/stream-replicator/sr.yaml"
     ]  # fmt: skip
     assert json.loads(containerfile_instruction("ENTRYPOINT"))[:2] == ["stream-replicator", "run"]
-    assert "openjdk-17-jre-headless" in containerfile_instruction("RUN apt-get")
+    assert "openjdk-17-jre-headless" in containerfile_instruction("RUN apt-get update")
