@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # make dist: wheel, sdist, packed environment and submit file for spark-submit (harness/dist.py).
-.PHONY: install dist test test-unit test-integration demo bench bench-emulator loadtest scenarios lint format clean
+.PHONY: install dist image test test-unit test-integration demo bench bench-emulator loadtest scenarios lint format clean
 
 install: $(STAMP)
 
@@ -31,6 +31,11 @@ test-integration: install
 
 dist: install
 	$(BIN)/python -m harness.dist
+
+# The container image, built with buildah (apt-get install buildah debootstrap) and tried on
+# two local nats-servers (harness/image.py).
+image: dist
+	$(BIN)/python -m harness.image
 
 demo: install
 	$(BIN)/python -m harness.demo

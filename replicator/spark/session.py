@@ -179,10 +179,18 @@ def _launch_jvm_apart(master: str, app_name: str, settings: dict[str, str], quie
     conf = SparkConf().setMaster(master).setAppName(app_name)
     for k, v in settings.items():
         conf.set(k, v)
-    popen_kwargs = {"start_new_session": True, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
-    gateway = launch_gateway(conf, popen_kwargs=popen_kwargs)
-    if gateway.proc is not None and gateway.proc.stdout is not None:
-        forward_jvm_output(gateway.proc.stdout, quiet)
+    # Our own pipe, read from before the JVM starts: what it prints when it fails to start is
+    # the reason, and must reach the log too.
+    read_end, write_end = os.pipe()
+    forwarder = forward_jvm_output(os.fdopen(read_end, "rb"), quiet)
+    try:
+        popen_kwargs = {"start_new_session": True, "stdout": write_end, "stderr": subprocess.STDOUT}
+        gateway = launch_gateway(conf, popen_kwargs=popen_kwargs)
+    except Exception:
+        os.close(write_end)
+        forwarder.join(5)  # the JVM has exited: its last words are logged before the error
+        raise
+    os.close(write_end)  # the JVM holds its own copy: the pipe ends when it exits
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
