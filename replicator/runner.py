@@ -87,6 +87,7 @@ class Runner:
             signal.signal(signal.SIGTERM, self.request_stop)
         for r in self.replications:
             self._start(r)
+        exit_code = 0
         try:
             # Every 0.1 s until each query has started a batch, so the planner processes go
             # before the task workers have grown (_release_planners_once_running); then every 1 s.
@@ -98,6 +99,12 @@ class Runner:
                 if time.monotonic() < next_check:
                     continue
                 next_check = time.monotonic() + 1.0
+                if not self._jvm_alive():
+                    # Nothing can be copied without it, and retrying would hide that from the
+                    # service manager: exit, and let it restart the whole process.
+                    log.error("Spark's JVM is gone; exiting (exit status 1) so that the service is restarted")
+                    exit_code = 1
+                    break
                 for r in self.replications:
                     self._supervise(r)
                     r.update_lag()
@@ -108,7 +115,16 @@ class Runner:
                     on_progress(self)
         finally:
             self.shutdown()
-        return 0
+        return exit_code
+
+    def _jvm_alive(self) -> bool:
+        """Spark's JVM answers a call (it died, or spark-submit's JVM was stopped: no)."""
+        assert self.spark is not None
+        try:
+            self.spark.sparkContext._jvm.java.lang.System.currentTimeMillis()  # type: ignore[union-attr]
+        except Exception:
+            return False
+        return True
 
     def _supervise(self, r: StreamReplication) -> None:
         q = r.query
@@ -183,7 +199,10 @@ class Runner:
                 self.readiness.set(r.label, StreamState.STOPPED)
                 r.stop()
             if self.spark is not None:
-                self.spark.stop()
+                try:
+                    self.spark.stop()
+                except Exception as e:  # its JVM already gone: nothing left to stop
+                    log.debug("stopping Spark: %s", e)
             self.loop.stop()
             done.set()
 

@@ -103,8 +103,8 @@ def start_replicator(config: Path, *args: str, wait: bool = False) -> Replicator
     return ReplicatorProcess(config, log_path, *args).start(wait=wait)
 
 
-def tree_commands(root: int) -> list[str]:
-    """Command lines of `root` and its descendants (from /proc)."""
+def tree(root: int) -> dict[int, str]:
+    """Pid -> command line of `root` and its descendants (from /proc)."""
     children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -113,15 +113,20 @@ def tree_commands(root: int) -> list[str]:
             except OSError:
                 continue
             children.setdefault(ppid, []).append(int(d.name))
-    commands, todo = [], [root]
+    commands, todo = {}, [root]
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
         try:
-            commands.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+            commands[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
     return commands
+
+
+def tree_commands(root: int) -> list[str]:
+    """Command lines of `root` and its descendants (from /proc)."""
+    return list(tree(root).values())
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

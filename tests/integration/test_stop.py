@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import copied_source_sequences, orders_backlog, run, start_replicator, wait_for
+from helpers import copied_source_sequences, orders_backlog, run, start_replicator, tree, wait_for
 
 from harness.streams import count_messages as count
 
@@ -40,6 +40,30 @@ def test_a_stop_signal_to_the_whole_group_mid_copy_is_clean_and_resumable(
     assert out.count("stop requested") == 1
     assert not [n for n in NOISE if n in out], out
     assert run(count(dst, "ORDERS")) < n  # it really stopped mid-copy
+
+    rep2 = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "ORDERS")) >= n, 240, "the rest after the restart", rep2)
+    finally:
+        assert rep2.stop() == 0, rep2.output()
+    assert copied_source_sequences(dst, "ORDERS") == list(range(1, n + 1)), "exactly the source, in order"
+
+
+def test_when_sparks_jvm_dies_the_replicator_exits_1_and_a_restart_continues_exactly(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    src, dst = source_server.url, nats_server.url
+    cfg, n = orders_backlog(src, dst, tmp_path, 20_000, batch_max_messages=500)
+    rep = start_replicator(cfg)
+    wait_for(lambda: run(count(dst, "ORDERS")) >= 2_000, 180, "copying under way", rep)
+    assert rep.proc is not None
+    jvm = [pid for pid, cmd in tree(rep.proc.pid).items() if "org.apache.spark.deploy.SparkSubmit" in cmd]
+    assert len(jvm) == 1, tree(rep.proc.pid)
+    os.kill(jvm[0], signal.SIGKILL)
+    # Not left running with nothing to copy with (and /healthz still saying ok): exit 1, for
+    # systemd's Restart=on-failure or a container runtime's restart policy.
+    assert rep.proc.wait(60) == 1, rep.output()
+    assert "Spark's JVM is gone" in rep.output()
 
     rep2 = start_replicator(cfg)
     try:
