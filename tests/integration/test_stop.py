@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import copied_source_sequences, orders_backlog, run, start_replicator, tree, wait_for
+from helpers import Replicator, copied_source_sequences, orders_backlog, run, start_replicator, tree, wait_for
 
 from harness.streams import count_messages as count
 
@@ -25,14 +25,30 @@ NOISE = (
 )
 
 
+def copy_under_way(src: str, dst: str, tmp_path: Path, n: int) -> tuple[Path, int, Replicator]:
+    """A backlog of n messages being copied (2,000 done): (config, n, the replicator)."""
+    cfg, n = orders_backlog(src, dst, tmp_path, n, batch_max_messages=500)
+    rep = start_replicator(cfg)
+    wait_for(lambda: run(count(dst, "ORDERS")) >= 2_000, 180, "copying under way", rep)
+    return cfg, n, rep
+
+
+def restart_and_check_exact(cfg: Path, dst: str, n: int) -> None:
+    """A new start copies the rest; the target then holds exactly the source, in order."""
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "ORDERS")) >= n, 240, "the rest after the restart", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert copied_source_sequences(dst, "ORDERS") == list(range(1, n + 1)), "exactly the source, in order"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_stop_signal_to_the_whole_group_mid_copy_is_clean_and_resumable(
     source_server, nats_server, tmp_path: Path, sig: signal.Signals
 ) -> None:
-    src, dst = source_server.url, nats_server.url
-    cfg, n = orders_backlog(src, dst, tmp_path, 30_000, batch_max_messages=500)
-    rep = start_replicator(cfg)
-    wait_for(lambda: run(count(dst, "ORDERS")) >= 2_000, 180, "copying under way", rep)
+    dst = nats_server.url
+    cfg, n, rep = copy_under_way(source_server.url, dst, tmp_path, 30_000)
     assert rep.proc is not None
     os.killpg(rep.proc.pid, sig)  # the whole group, as systemd's stop and Ctrl-C do
     assert rep.proc.wait(60) == 0, rep.output()
@@ -41,21 +57,14 @@ def test_a_stop_signal_to_the_whole_group_mid_copy_is_clean_and_resumable(
     assert not [n for n in NOISE if n in out], out
     assert run(count(dst, "ORDERS")) < n  # it really stopped mid-copy
 
-    rep2 = start_replicator(cfg)
-    try:
-        wait_for(lambda: run(count(dst, "ORDERS")) >= n, 240, "the rest after the restart", rep2)
-    finally:
-        assert rep2.stop() == 0, rep2.output()
-    assert copied_source_sequences(dst, "ORDERS") == list(range(1, n + 1)), "exactly the source, in order"
+    restart_and_check_exact(cfg, dst, n)
 
 
 def test_when_sparks_jvm_dies_the_replicator_exits_1_and_a_restart_continues_exactly(
     source_server, nats_server, tmp_path: Path
 ) -> None:
-    src, dst = source_server.url, nats_server.url
-    cfg, n = orders_backlog(src, dst, tmp_path, 20_000, batch_max_messages=500)
-    rep = start_replicator(cfg)
-    wait_for(lambda: run(count(dst, "ORDERS")) >= 2_000, 180, "copying under way", rep)
+    dst = nats_server.url
+    cfg, n, rep = copy_under_way(source_server.url, dst, tmp_path, 20_000)
     assert rep.proc is not None
     jvm = [pid for pid, cmd in tree(rep.proc.pid).items() if "org.apache.spark.deploy.SparkSubmit" in cmd]
     assert len(jvm) == 1, tree(rep.proc.pid)
@@ -65,9 +74,4 @@ def test_when_sparks_jvm_dies_the_replicator_exits_1_and_a_restart_continues_exa
     assert rep.proc.wait(60) == 1, rep.output()
     assert "Spark's JVM is gone" in rep.output()
 
-    rep2 = start_replicator(cfg)
-    try:
-        wait_for(lambda: run(count(dst, "ORDERS")) >= n, 240, "the rest after the restart", rep2)
-    finally:
-        assert rep2.stop() == 0, rep2.output()
-    assert copied_source_sequences(dst, "ORDERS") == list(range(1, n + 1)), "exactly the source, in order"
+    restart_and_check_exact(cfg, dst, n)
