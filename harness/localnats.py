@@ -5,6 +5,7 @@ this venv (or PATH)."""
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import socket
 import subprocess
@@ -16,8 +17,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_PORTS = random.Random()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port free now, below the kernel's ephemeral range: a port the kernel hands
+    out (bind to 0) can be taken by any process's outgoing connection before a server binds it,
+    and a test's nats-server then fails to start (seen in CI)."""
+    low, _ = _ephemeral_range()
+    for _ in range(200):
+        port = _PORTS.randrange(20_000, max(low, 20_001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # all tried were taken: let the kernel choose
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
@@ -34,11 +58,15 @@ def nats_server_binary() -> str:
     return found
 
 
-def _wait_port(host: str, port: int, timeout: float = 20.0) -> None:
+def _wait_port(
+    host: str, port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
             return
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"nats-server on {host}:{port} exited ({proc.returncode}) before listening")
         time.sleep(0.05)
     raise RuntimeError(f"nats-server on {host}:{port} did not start within {timeout}s")
 
@@ -88,7 +116,12 @@ class NatsServer:
             self.proc = subprocess.Popen(
                 [nats_server_binary(), "-c", str(self.config_file)], stdout=log, stderr=log
             )
-        _wait_port("127.0.0.1", self.port)
+        try:
+            _wait_port("127.0.0.1", self.port, proc=self.proc)
+        except RuntimeError as e:
+            self.stop()
+            tail = self.log_file.read_text(errors="replace")[-1500:]
+            raise RuntimeError(f"{e}; its log ({self.log_file}):\n{tail}") from None
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -154,6 +187,19 @@ def _write_config(
 def start_binary_cluster(
     size: int, name: str, base: Path, extra: str = "", js_domain: str = ""
 ) -> NatsCluster:
+    """Started on fresh ports, again (up to 3 times) if a server cannot take one."""
+    for attempt in range(3):
+        try:
+            where = base if attempt == 0 else base / f"retry{attempt}"
+            return _start_binary_cluster(size, name, where, extra, js_domain)
+        except RuntimeError as e:
+            if attempt == 2 or "exited" not in str(e):
+                raise
+            print(f"harness: {e}; starting {name} again on other ports", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+def _start_binary_cluster(size: int, name: str, base: Path, extra: str, js_domain: str) -> NatsCluster:
     ports = [free_port() for _ in range(size)]
     cports = [free_port() for _ in range(size)] if size > 1 else [0]
     cluster = NatsCluster()
@@ -174,7 +220,11 @@ def start_binary_cluster(
             js_domain=js_domain,
         )
         srv = NatsServer(sname, ports[i], cfg, log_file=d / "server.log")
-        srv.start()
+        try:
+            srv.start()
+        except RuntimeError:
+            cluster.stop()
+            raise
         cluster.servers.append(srv)
     try:
         wait_jetstream(cluster.url)
