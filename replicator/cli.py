@@ -100,7 +100,9 @@ def health(
     ready: Annotated[
         bool, typer.Option(help="Ask /readyz (every stream replicating) instead of /healthz")
     ] = False,
-    host: Annotated[str, typer.Option(help="Where the replicator's monitor port listens")] = "127.0.0.1",
+    host: Annotated[
+        str | None, typer.Option(help="Where to ask (default: the config's monitor_address, or 127.0.0.1)")
+    ] = None,
 ) -> None:
     """Ask a running replicator's monitor port whether it is alive (exit 0) or not (exit 1):
     for container health checks and service watchdogs."""
@@ -110,6 +112,10 @@ def health(
     cfg = _load(config)
     if not cfg.monitor_port:
         _fail(f"{config}: monitor_port is not set: set it to a free port (e.g. 9100) to check health")
+    if host is None:
+        host = "127.0.0.1" if cfg.monitor_address in ("0.0.0.0", "::") else cfg.monitor_address
+    if ":" in host:
+        host = f"[{host}]"
     url = f"http://{host}:{cfg.monitor_port}/{'readyz' if ready else 'healthz'}"
     try:
         with urllib.request.urlopen(url, timeout=5) as r:

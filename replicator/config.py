@@ -5,6 +5,7 @@ Every problem becomes one line that names the key and says how to fix it (`Confi
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -224,6 +225,8 @@ class Config(_Strict):
     streams: list[StreamConfig] = Field(min_length=1)
     state_store: str = ""
     monitor_port: int = Field(default=0, ge=0, le=65535)
+    # Extension: the address monitor_port listens on (0.0.0.0: every interface, as Choria's).
+    monitor_address: str = "0.0.0.0"
     loglevel: Literal["debug", "info", "warn", "warning", "error"] = "info"
     logfile: str = ""
     # Extension: one JSON object a line for log shippers.
@@ -232,6 +235,18 @@ class Config(_Strict):
     # Extensions: where the Spark job runs, and extra Spark settings.
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("monitor_address")
+    @classmethod
+    def _monitor_address(cls, v: str) -> str:
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(
+                f"{v!r} is not an IP address: use 127.0.0.1 for this host only, 0.0.0.0 for every "
+                "interface, or one of its addresses"
+            ) from None
+        return v
 
     @field_validator("name")
     @classmethod

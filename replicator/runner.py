@@ -62,8 +62,12 @@ class Runner:
         self.stop_event.set()
 
     def run(self, on_progress: Callable[[Runner], None] | None = None) -> int:
-        if serve(self.cfg.monitor_port, self.readiness):
-            log.info("monitoring on http://0.0.0.0:%d (/metrics, /healthz, /readyz)", self.cfg.monitor_port)
+        if serve(self.cfg.monitor_port, self.readiness, self.cfg.monitor_address):
+            log.info(
+                "monitoring on http://%s:%d (/metrics, /healthz, /readyz)",
+                self.cfg.monitor_address,
+                self.cfg.monitor_port,
+            )
         for r in self.replications:
             self.readiness.set(r.label, StreamState.WAITING_FOR_SOURCE)
             if not r.prepare(self.stop_event.is_set):

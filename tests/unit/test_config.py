@@ -71,3 +71,13 @@ def test_sampled_query_partitions_follow_the_buckets_unless_set() -> None:
     )
     with pytest.raises(ConfigError, match=r"sampling_partitions \(64\) must not exceed sampling_buckets"):
         parse_config({**BASE, "streams": [{**sampled, "sampling_partitions": 64}]})
+
+
+def test_the_monitor_listens_on_every_interface_unless_given_an_address() -> None:
+    assert parse_config(BASE).monitor_address == "0.0.0.0"
+    assert parse_config({**BASE, "monitor_address": "127.0.0.1"}).monitor_address == "127.0.0.1"
+    assert parse_config({**BASE, "monitor_address": "::1"}).monitor_address == "::1"
+    with pytest.raises(
+        ConfigError, match=r"monitor_address: 'localhost:9100' is not an IP address: use 127\.0\.0\.1"
+    ):
+        parse_config({**BASE, "monitor_address": "localhost:9100"})

@@ -55,3 +55,14 @@ def test_only_replicating_is_ready(state: StreamState) -> None:
     r = Readiness()
     r.set("S/a", state)
     assert r.ready() is (state is StreamState.REPLICATING)
+
+
+def test_the_monitor_binds_the_address_it_is_given() -> None:
+    port = free_port()
+    server = serve(port, Readiness(), host="127.0.0.1")
+    assert server is not None
+    try:
+        assert server.server_address[:2] == ("127.0.0.1", port)
+        assert _get(f"http://127.0.0.1:{port}/healthz") == (200, b"ok\n")
+    finally:
+        server.shutdown()
