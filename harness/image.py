@@ -24,9 +24,8 @@ import yaml
 
 from harness.dist import ROOT
 from harness.localnats import free_port, local_cluster
-from harness.streams import count_messages, read_all
-from replicator.headers import SOURCE_HEADER, parse_source_header
-from replicator.nats.wire import first_value
+from harness.process import process_tree
+from harness.streams import copied_sequences, count_messages
 
 BASE_IMAGE = "localhost/debian:bookworm-minbase"
 IMAGE = "localhost/stream-replicator:latest"
@@ -88,33 +87,11 @@ async def _backlog(url: str, n: int) -> None:
         await nc.close()
 
 
-def _copied_sequences(url: str) -> list[int]:
-    marks = [
-        parse_source_header(first_value(m.headers, SOURCE_HEADER))
-        for m in asyncio.run(read_all(url, "ORDERS"))
-    ]
-    return [m.sequence if m else -1 for m in marks]
-
-
 def _descendant_running(root: int, needle: bytes) -> int:
     """The pid of a descendant of `root` whose command line starts with `needle`."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    todo = list(children.get(root, []))
-    while todo:
-        pid = todo.pop(0)
-        try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(needle):
-                return pid
-        except OSError:
-            pass
-        todo.extend(children.get(pid, []))
+    for pid, cmd in process_tree(root).items():
+        if pid != root and cmd.startswith(needle):
+            return pid
     raise RuntimeError(f"no process running {needle!r} under {root}")
 
 
@@ -164,7 +141,7 @@ def smoke(n: int = 2_000) -> None:
             print(f"image smoke: stopped with SIGTERM, exit {code}")
         finally:
             _buildah("rm", ctr, check=False)
-        exact = _copied_sequences(dst.url) == list(range(1, n + 1))
+        exact = asyncio.run(copied_sequences(dst.url, "ORDERS")) == list(range(1, n + 1))
         print(f"image smoke: copy is the source, in order: {exact}")
         if not (exact and health.returncode == 0 and code == 0):
             sys.exit(1)

@@ -18,6 +18,29 @@ from pathlib import Path
 import yaml
 
 
+def process_tree(root: int) -> dict[int, bytes]:
+    """Pid -> raw command line (NUL-separated) of `root` and its descendants, parents first
+    (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    commands: dict[int, bytes] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop(0)
+        todo.extend(children.get(pid, []))
+        try:
+            commands[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+    return commands
+
+
 def monitor_port_of(config: Path) -> int:
     port = int((yaml.safe_load(config.read_text()) or {}).get("monitor_port") or 0)
     if not port:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from replicator.headers import SOURCE_HEADER, parse_source_header
 from replicator.nats.connect import open_connection
 from replicator.nats.jetstream import stream_info
 from replicator.nats.readers import RawMessage, read_chunks
+from replicator.nats.wire import first_value
 
 
 async def count_messages(url: str, stream: str) -> int:
@@ -37,3 +39,10 @@ async def read_all(url: str, stream: str) -> list[RawMessage]:
         ]
     finally:
         await nc.close()
+
+
+async def copied_sequences(url: str, stream: str) -> list[int]:
+    """The source sequence in the Choria-SR-Source header of every message of `stream`, in
+    its order (-1 where a message has none): what a copy must equal, 1..n."""
+    marks = [parse_source_header(first_value(m.headers, SOURCE_HEADER)) for m in await read_all(url, stream)]
+    return [m.sequence if m else -1 for m in marks]

@@ -16,7 +16,8 @@ import yaml
 from nats.js.api import StreamConfig
 
 from harness.localnats import free_port
-from harness.process import ReplicatorProcess
+from harness.process import ReplicatorProcess, process_tree
+from harness.streams import copied_sequences
 from replicator.nats import wire
 from replicator.nats.connect import open_connection
 
@@ -105,23 +106,7 @@ def start_replicator(config: Path, *args: str, wait: bool = False) -> Replicator
 
 def tree(root: int) -> dict[int, str]:
     """Pid -> command line of `root` and its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    commands, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, []))
-        try:
-            commands[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-    return commands
+    return {pid: cmd.replace(b"\0", b" ").decode(errors="replace") for pid, cmd in process_tree(root).items()}
 
 
 def tree_commands(root: int) -> list[str]:
@@ -158,10 +143,15 @@ def orders_backlog(src: str, dst: str, tmp_path: Path, n: int, batch_max_message
 
 def copied_source_sequences(url: str, stream: str) -> list[int]:
     """The source sequence of every copy in `stream`, in the target's order."""
-    from harness.streams import read_all
-    from replicator.headers import SOURCE_HEADER, parse_source_header
+    return run(copied_sequences(url, stream))
 
-    marks = [
-        parse_source_header(wire.first_value(m.headers, SOURCE_HEADER)) for m in run(read_all(url, stream))
-    ]
-    return [m.sequence if m else -1 for m in marks]
+
+PACKAGING = Path(__file__).parents[1] / "packaging"
+
+
+def containerfile_instruction(name: str) -> str:
+    """The arguments of the Containerfile's one `name` instruction (continuation lines joined)."""
+    text = (PACKAGING / "container" / "Containerfile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines() if line.strip().startswith(name + " ")]
+    assert len(lines) == 1, f"{name}: {lines}"
+    return lines[0][len(name) + 1 :]

@@ -4,7 +4,6 @@ and the submit file run the same copy through `spark-submit` on a Spark standalo
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from helpers import copied_source_sequences, orders_backlog, run, wait_for
 from spark_cluster import standalone_cluster
 
 from harness.dist import SUBMIT_FILE, Artifacts, build
-from harness.process import ReplicatorProcess
+from harness.process import ReplicatorProcess, process_tree
 from harness.streams import count_messages as count
 
 pytestmark = pytest.mark.integration
@@ -40,20 +39,9 @@ def user_env(venv: Path) -> dict[str, str]:
 
 def driver_pid(root: int) -> int:
     """The Python driver spark-submit started: the descendant of `root` running the submit file."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            with contextlib.suppress(OSError):
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(d.name))
-    todo = list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        with contextlib.suppress(OSError):
-            if SUBMIT_FILE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-        todo.extend(children.get(pid, []))
-    raise AssertionError("no Python driver under spark-submit")
+    found = [pid for pid, cmd in process_tree(root).items() if pid != root and SUBMIT_FILE.encode() in cmd]
+    assert found, "no Python driver under spark-submit"
+    return found[0]
 
 
 def in_venv(venv: Path, *cmd: str, cwd: Path) -> str:

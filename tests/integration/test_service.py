@@ -13,22 +13,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import orders_backlog, run, wait_for
+from helpers import PACKAGING, containerfile_instruction, orders_backlog, run, wait_for
 
 from harness.process import ReplicatorProcess
 from harness.streams import count_messages as count
 
 pytestmark = pytest.mark.integration
 
-PACKAGING = Path(__file__).parents[2] / "packaging"
 IMAGE_CONFIG = "/etc/stream-replicator/sr.yaml"
 
 
 def image_command(instruction: str, config: Path) -> list[str]:
     """ENTRYPOINT or HEALTHCHECK CMD of the Containerfile, its config path mapped to `config`."""
-    text = (PACKAGING / "container" / "Containerfile").read_text().replace("\\\n", " ")
-    line = next(x.strip() for x in text.splitlines() if x.strip().startswith(instruction + " "))
-    argv = json.loads(line.split("CMD", 1)[1] if instruction == "HEALTHCHECK" else line.split(" ", 1)[1])
+    args = containerfile_instruction(instruction)
+    argv = json.loads(args.split("CMD", 1)[1] if instruction == "HEALTHCHECK" else args)
     return [str(config) if a == IMAGE_CONFIG else a for a in argv]
 
 

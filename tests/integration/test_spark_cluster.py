@@ -11,6 +11,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from helpers import (
+    copied_source_sequences,
     create_stream,
     publish,
     registration,
@@ -22,9 +23,6 @@ from helpers import (
 from spark_cluster import standalone_cluster
 
 from harness.streams import count_messages as count
-from harness.streams import read_all
-from replicator.headers import SOURCE_HEADER, parse_source_header
-from replicator.nats.wire import first_value
 
 pytestmark = pytest.mark.integration
 
@@ -54,10 +52,7 @@ def test_runs_on_a_spark_standalone_cluster(
         wait_for(lambda: run(count(dst, "CL")) >= 5_000, 240, "copy on the cluster", rep)
     finally:
         assert rep.stop() == 0, rep.output()
-    got = [
-        parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in run(read_all(dst, "CL"))
-    ]  # type: ignore[union-attr]
-    assert got == list(range(1, 5_001))
+    assert copied_source_sequences(dst, "CL") == list(range(1, 5_001))
     # The read tasks really ran on the standalone worker's executor, not in a local driver.
     app_dirs = list((tmp_path / "work").glob("app-*/*/stderr"))
     assert app_dirs, "no executor was launched by the standalone worker"

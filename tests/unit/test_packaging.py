@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGING = Path(__file__).parents[2] / "packaging"
+from helpers import PACKAGING, containerfile_instruction
+
 CLI = Path(sys.executable).with_name("stream-replicator")
 
 
@@ -69,13 +70,6 @@ def test_logrotate_accepts_the_rotation_file(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "error" not in done.stderr.lower(), done.stderr
-
-
-def containerfile_instruction(name: str) -> str:
-    text = (PACKAGING / "container" / "Containerfile").read_text().replace("\\\n", " ")
-    lines = [line.strip() for line in text.splitlines() if line.strip().startswith(name + " ")]
-    assert len(lines) == 1, f"{name}: {lines}"
-    return lines[0][len(name) + 1 :]
 
 
 def test_the_container_runs_as_a_non_root_user_with_a_health_check() -> None:
