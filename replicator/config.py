@@ -105,6 +105,9 @@ class StreamConfig(_Strict):
     advisory: AdvisoryConfig | None = None
     leader_election_name: str = ""
     # Extensions of this replicator (not in the Choria format).
+    # Each copy names the one before it (Nats-Expected-Last-Msg-Id): strict order in the target
+    # even when a publish fails mid-batch. Off for targets others write to (found out anyway).
+    chain_copies: bool = True
     # Rows per micro-batch while backlogged (defaults in replicator.options).
     batch_max_messages: int | None = Field(default=None, ge=1, le=1_000_000)
     # Senders are hashed into this many buckets of Spark state; fixed once a checkpoint exists.

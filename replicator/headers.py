@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 SOURCE_HEADER = "Choria-SR-Source"
 MSG_ID_HEADER = "Nats-Msg-Id"
-# Set on every copy: the target's server refuses a copy whose subject another stream holds,
-# before storing it (a wrong target_subject_prefix), instead of the replicator finding out after.
-EXPECTED_STREAM_HEADER = "Nats-Expected-Stream"
+# Set on every copy but the first of a run (`chain_copies`): the Nats-Msg-Id of the copy before
+# it, so the target refuses a copy that would land after a gap (replicator.spark.sink).
+EXPECTED_LAST_MSG_ID_HEADER = "Nats-Expected-Last-Msg-Id"
 # Headers that told the source's server how to store a message (Nats-Expected-Stream, -Last-
 # Sequence, -Last-Msg-Id, ...). They were satisfied when it was stored; on a copy they would make
 # the target refuse it, so they are not copied.

@@ -79,3 +79,11 @@ def setup_logging(level: str = "info", logfile: str = "", fmt: LogFormat = "text
     root.setLevel(_LEVELS.get(level, logging.INFO))
     # py4j is chatty at info level.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    if root.level > logging.DEBUG:
+        logging.getLogger("py4j.clientserver").addFilter(_drop_batch_tracebacks)
+
+
+def _drop_batch_tracebacks(record: logging.LogRecord) -> bool:
+    """py4j logs the traceback of every exception our foreachBatch raises; the replicator logs
+    its reason in one line and retries, so the traceback is left to `loglevel: debug`."""
+    return not str(record.msg).startswith("There was an exception while executing the Python Proxy")

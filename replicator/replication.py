@@ -125,6 +125,7 @@ class StreamReplication:
                 subject_remove=s.target_subject_remove,
                 max_age_seconds=s.max_age.total_seconds() if s.max_age else None,
                 tls=s.target_tls,
+                chain=s.chain_copies,
             ),
             self.loop,
             floor=floor,

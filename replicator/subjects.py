@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 
 _DOTS = re.compile(r"\.{2,}")
 
@@ -18,3 +20,31 @@ def rewrite_subject(subject: str, prefix: str = "", remove: str = "") -> str:
         out = out.replace(remove, "")
         out = _DOTS.sub(".", out).strip(".")
     return out
+
+
+def subject_matches(subject: str, pattern: str) -> bool:
+    """Whether `subject` is one of the subjects NATS's `pattern` (`*` one token, `>` the rest)
+    covers.
+
+    >>> subject_matches("a.b.c", "a.*.c"), subject_matches("a.b.c", "a.>"), subject_matches("a", "a.>")
+    (True, True, False)
+    """
+    tokens = subject.split(".")
+    parts = pattern.split(".")
+    for i, p in enumerate(parts):
+        if p == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or (p != "*" and p != tokens[i]):
+            return False
+    return len(tokens) == len(parts)
+
+
+def subjects_matcher(patterns: list[str]) -> Callable[[str], bool]:
+    """A test of whether a subject falls under any of `patterns`, remembering recent answers
+    (a fleet's subjects repeat every interval)."""
+
+    @functools.lru_cache(maxsize=1 << 16)
+    def covered(subject: str) -> bool:
+        return any(subject_matches(subject, p) for p in patterns)
+
+    return covered

@@ -1,7 +1,7 @@
 """The replicator's NATS client: nats-py's, plus raw subscriptions and pre-encoded publishes.
 
 This is the one place that depends on nats-py's internals (`_process_msg`, `_send_command`,
-`_flush_queue`, `_max_payload`, `_pending_data_size`, `_max_pending_size`); nats-py is pinned to
+`_flush_queue`, `_max_payload`); nats-py is pinned to
 2.16.x and tests/unit/nats/test_client.py checks what goes over the wire against nats-py's own
 publish.
 
@@ -52,12 +52,13 @@ class ReplicatorClient(Client):
         if self.is_draining_pubs:
             raise errors.ConnectionDrainingError
         size = len(payload)
-        if not self.is_connected and (
-            self._max_pending_size <= 0 or size + self._pending_data_size > self._max_pending_size
-        ):
-            raise errors.OutboundBufferLimitError
-        if size > self._max_payload:
+        # The server counts the header block too, and closes a connection that exceeds it.
+        if size + len(header_lines) + wire.HEADER_FRAME > self._max_payload:
             raise errors.MaxPayloadError
+        if not self.is_connected:
+            # Not buffered for after the reconnect (nats-py's publish would): it would land
+            # after whatever the dropped connection lost. The caller retries the batch.
+            raise errors.ConnectionReconnectingError
         self.stats["out_msgs"] += 1
         self.stats["out_bytes"] += size
         await self._send_command(wire.hpub(subject, reply, header_lines, payload))

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from nats.aio.client import Client
@@ -17,7 +18,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from replicator.headers import SOURCE_HEADER, parse_source_header
 from replicator.nats.client import ReplicatorClient
-from replicator.nats.readers import DirectReader, read_chunks
+from replicator.nats.readers import DirectReader, RawMessage, read_chunks
 from replicator.nats.wire import first_value
 from replicator.subjects import rewrite_subject
 
@@ -80,6 +81,40 @@ async def message_time_ms(nc: ReplicatorClient, stream: str, seq: int, direct: b
             return got[0].ts_ns // 1_000_000
     m = await reader.leader_get(seq)
     return m.ts_ns // 1_000_000 if m is not None else None
+
+
+@dataclass(frozen=True)
+class TargetLimits:
+    """What the target refuses whatever the order: a message larger than its stream's
+    `max_msg_size` or its server's `max_payload`, or on a subject the stream does not hold."""
+
+    max_msg_size: int | None  # None: the stream sets no limit
+    max_payload: int
+    subjects: tuple[str, ...]  # empty: not known (a stream with no subjects listens on its name)
+
+    def size_limit(self) -> tuple[int, str]:
+        """The smaller limit on a message's size (headers included), and what sets it."""
+        if self.max_msg_size is not None and self.max_msg_size <= self.max_payload:
+            return self.max_msg_size, "max_msg_size of the target stream"
+        return self.max_payload, "max_payload of the target server"
+
+
+async def target_limits(nc: ReplicatorClient, stream: str) -> TargetLimits:
+    info = await stream_info(nc, stream)
+    cfg = info.config if info is not None else None
+    size = cfg.max_msg_size if cfg is not None and cfg.max_msg_size and cfg.max_msg_size > 0 else None
+    return TargetLimits(size, nc.max_payload, tuple(cfg.subjects or ()) if cfg is not None else ())
+
+
+async def last_message(nc: ReplicatorClient, stream: str, direct: bool) -> RawMessage | None:
+    """The stream's last message (None when it holds none)."""
+    info = await stream_info(nc, stream)
+    if info is None or info.state.messages == 0:
+        return None
+    last = info.state.last_seq
+    async for chunk in read_chunks(nc, stream, last, last + 1, direct=direct):
+        return chunk[-1]
+    return None
 
 
 def target_stream_config(source: StreamConfig, name: str, prefix: str, remove: str) -> StreamConfig:

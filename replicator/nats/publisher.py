@@ -24,12 +24,25 @@ class PublishError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A message the target did not store: its index in the batch, why, and JetStream's error
+    code when the server gave one."""
+
+    index: int
+    reason: str
+    code: int | None = None
+
+
 @dataclass
 class PublishOutcome:
     published: int = 0
     duplicates: int = 0
-    # (index in the batch, reason) of every message the target did not store.
-    failures: list[tuple[int, str]] = field(default_factory=list)
+    # Every message the target did not store, by index.
+    failures: list[Refusal] = field(default_factory=list)
+
+    def first_failure(self) -> Refusal | None:
+        return min(self.failures, key=lambda r: r.index) if self.failures else None
 
 
 class _Batch:
@@ -48,16 +61,22 @@ class _Batch:
     def on_ack(self, index: int, data: bytes, status: str | None) -> None:
         o = self.outcome
         if status:  # 503: no stream listens on the subject
-            o.failures.append((index, f"no stream stored it (status {status})"))
+            o.failures.append(Refusal(index, f"no stream stored it (status {status})"))
         elif b'"error"' in data:
             try:
                 err = json.loads(data)["error"]
-                o.failures.append((index, f"{err.get('description', err)} (code {err.get('err_code')})"))
+                o.failures.append(
+                    Refusal(
+                        index,
+                        f"{err.get('description', err)} (code {err.get('err_code')})",
+                        err.get("err_code"),
+                    )
+                )
             except (ValueError, KeyError, AttributeError):
-                o.failures.append((index, data[:200].decode(errors="replace")))
+                o.failures.append(Refusal(index, data[:200].decode(errors="replace")))
         elif self.stream_marker not in data:
             stream = json.loads(data).get("stream")
-            o.failures.append((index, f"stored in stream {stream}"))
+            o.failures.append(Refusal(index, f"stored in stream {stream}"))
         elif b'"duplicate"' in data and json.loads(data).get("duplicate"):
             o.duplicates += 1
         self.acked += 1

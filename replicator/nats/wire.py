@@ -19,6 +19,8 @@ Headers = list[tuple[str, str]]
 
 HEADER_LINE = b"NATS/1.0"
 CRLF = b"\r\n"
+# What a header block adds around its lines: the `NATS/1.0` line and the closing blank line.
+HEADER_FRAME = len(HEADER_LINE) + 2 * len(CRLF)
 
 # Headers the server adds to a direct-get reply: they describe the stored message, they are not
 # part of it, so they are not copied.
@@ -166,7 +168,7 @@ def check_subject(subject: str, reply: str = "") -> None:
 
 def hpub(subject: str, reply: str, header_lines: bytes, payload: bytes) -> bytes:
     """The HPUB command publishing `payload` with the header block around `header_lines`."""
-    hlen = len(header_lines) + len(HEADER_LINE) + 2 * len(CRLF)
+    hlen = len(header_lines) + HEADER_FRAME
     return b"HPUB %s %s %d %d\r\n%s\r\n%s\r\n%s\r\n" % (
         subject.encode(),
         reply.encode(),

@@ -34,6 +34,29 @@ _LEVELS = {
 }
 
 
+# A query that ends because our foreachBatch raised: the replicator logs the reason in one line
+# and retries, so Spark's copy of it (a Java stack trace wrapping the Python one) is noise.
+_BATCH_FAILED = re.compile(r"terminated with error|FOREACH_BATCH_USER_FUNCTION_ERROR")
+
+
+class JvmOutput:
+    """Classifies the JVM's lines one after another: a stack trace that follows a record being
+    dropped is dropped with it."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self._dropping = False
+
+    def classify(self, line: str) -> tuple[int, str] | None:
+        out = classify(line, self.quiet)
+        if out is None or not self.quiet:
+            return out
+        if _LOG4J_LINE.match(line.rstrip("\r\n")):
+            self._dropping = bool(_BATCH_FAILED.search(line))
+            return (logging.DEBUG, out[1]) if self._dropping else out
+        return None if self._dropping else out
+
+
 def classify(line: str, quiet: bool) -> tuple[int, str] | None:
     """The level and text to log for one line of JVM output; None to drop it."""
     line = line.rstrip("\r\n")
@@ -51,10 +74,12 @@ def classify(line: str, quiet: bool) -> tuple[int, str] | None:
 def forward_jvm_output(stream: IO[bytes], quiet: bool) -> threading.Thread:
     """Start a daemon thread that logs each line of `stream` until it closes."""
 
+    lines = JvmOutput(quiet)
+
     def _pump() -> None:
         with stream:
             for raw in iter(stream.readline, b""):
-                out = classify(raw.decode("utf-8", "replace"), quiet)
+                out = lines.classify(raw.decode("utf-8", "replace"))
                 if out is not None:
                     log.log(*out)
 

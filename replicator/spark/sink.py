@@ -23,23 +23,32 @@ import pyarrow.compute as pc
 from replicator.aio import LoopThread
 from replicator.config import TLSConfig
 from replicator.headers import (
-    EXPECTED_STREAM_HEADER,
+    EXPECTED_LAST_MSG_ID_HEADER,
     MSG_ID_HEADER,
     SOURCE_HEADER,
     format_source_header,
     is_copied,
     message_id,
+    parse_source_header,
 )
 from replicator.logs import stream_logger
 from replicator.metrics import MetricLabels, metrics
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.connect import open_connection
+from replicator.nats.jetstream import TargetLimits, last_message, stream_info, target_limits
 from replicator.nats.publisher import PipelinedPublisher, PublishError, PublishOutcome
-from replicator.nats.wire import encode_header_lines
+from replicator.nats.wire import HEADER_FRAME, encode_header_lines, first_value
 from replicator.spark.inflight import InflightRecord
-from replicator.subjects import rewrite_subject
+from replicator.subjects import rewrite_subject, subjects_matcher
 
 log = logging.getLogger(__name__)
+
+# Strict order when one publish fails mid-pipeline: each copy says which message must be the
+# target's last (the copy before it), so once one is refused or lost the server refuses every
+# later one too, and the target never holds a copy after a gap. The check is on the message id,
+# not the sequence: a refused copy's id never becomes the last, so nothing can line up again.
+EXPECTED_LAST_MSG_ID = EXPECTED_LAST_MSG_ID_HEADER.encode() + b": %s\r\n"
+WRONG_LAST_MSG_ID = 10070  # JetStream's error code when that check fails
 
 
 @dataclass
@@ -68,6 +77,8 @@ class SinkSettings:
     tls: TLSConfig | None = None
     max_pending: int = 4000
     ack_timeout: float = 30.0
+    # Chain copies with Nats-Expected-Last-Msg-Id (the config's chain_copies).
+    chain: bool = True
 
 
 def _ascending(seqs: Any) -> bool:
@@ -80,7 +91,12 @@ class OrderedSink:
     """Callable for `foreachBatch(sink)`; keeps its target connection across batches."""
 
     def __init__(
-        self, settings: SinkSettings, loop: LoopThread, floor: int = 0, inflight: InflightRecord | None = None
+        self,
+        settings: SinkSettings,
+        loop: LoopThread,
+        floor: int = 0,
+        inflight: InflightRecord | None = None,
+        shared_target: bool = False,
     ) -> None:
         self.settings = settings
         self.loop = loop
@@ -93,6 +109,12 @@ class OrderedSink:
         self.floor = floor
         self._nc: ReplicatorClient | None = None
         self._publisher: PipelinedPublisher | None = None
+        self._limits = TargetLimits(None, 0, ())
+        self._covered = subjects_matcher([])
+        # Whether others publish to the target too: then copies are not chained (see
+        # EXPECTED_LAST_MSG_ID); found out when a chain breaks on someone else's message.
+        self.shared_target = shared_target or not settings.chain
+        self._last_id: str | None = None  # Nats-Msg-Id of the target's last message; None: ask it
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
         self.totals = BatchResult()
         self.batches = 0  # handled (published or skipped) since this process started
@@ -220,17 +242,29 @@ class OrderedSink:
         try:
             return await self._publish_all(table)
         except PublishError:
+            # The next attempt reads the target's limits and tail again: the operator may have
+            # changed the stream meanwhile.
+            self._publisher = None
             raise
         except Exception as e:
+            self._publisher = None
             raise PublishError(
                 f"publishing to target stream {self.settings.target_stream} failed: {e!r}; the batch will be retried"
             ) from e
 
     async def _publish_all(self, table: pa.Table) -> PublishOutcome:
+        """Publish the rows in order; a refusal raises with the rows before it stored (the floor
+        moved past them) and, unless the target has other writers, none after it."""
         nc = await self._conn()
-        if self._publisher is None or self._publisher.nc is not nc:
-            self._publisher = PipelinedPublisher(nc, self.settings.target_stream, self.settings.max_pending)
         s = self.settings
+        if self._publisher is None or self._publisher.nc is not nc:
+            self._publisher = PipelinedPublisher(nc, s.target_stream, s.max_pending)
+            self._last_id = None
+            self._limits = await target_limits(nc, s.target_stream)
+            self._covered = subjects_matcher(list(self._limits.subjects))
+        publisher, limits = self._publisher, self._limits
+        size_limit, size_setter = limits.size_limit()
+        covered = self._covered if limits.subjects else None
         source, replicator, config_name, identity = (
             s.source_stream,
             s.replicator,
@@ -245,34 +279,115 @@ class OrderedSink:
         datas = table.column("data").to_pylist()
 
         # The copy's header lines: the source message's own (see headers.is_copied), then ours.
-        line = b"%s%s: %s\r\n%s: %s\r\n" + encode_header_lines([(EXPECTED_STREAM_HEADER, s.target_stream)])
+        line = b"%s%s: %s\r\n%s: %s\r\n"
         src_name, id_name = SOURCE_HEADER.encode(), MSG_ID_HEADER.encode()
+        held: list[str] = []  # why publishing stopped before a row, if it did
+        ids: list[str] = []  # the Nats-Msg-Id of each row published in this attempt
 
-        def messages() -> Iterator[tuple[str, bytes, bytes]]:
-            for subject, seq, ts, hdr, data in zip(subjects, seqs, ts_ms, headers, datas, strict=True):
+        def messages(start: int, chain: str | None) -> Iterator[tuple[str, bytes, bytes]]:
+            prev = chain
+            for i in range(start, len(seqs)):
+                subject, seq, hdr, data = (
+                    rewrite_subject(subjects[i], prefix, remove),
+                    seqs[i],
+                    headers[i],
+                    datas[i],
+                )
                 own = encode_header_lines((k, v) for k, v in hdr if is_copied(k)) if hdr else b""
+                msg_id = message_id(identity, seq)
                 lines = line % (
                     own,
                     src_name,
-                    format_source_header(source, seq, replicator, config_name, ts).encode(),
+                    format_source_header(source, seq, replicator, config_name, ts_ms[i]).encode(),
                     id_name,
-                    message_id(identity, seq).encode(),
+                    msg_id.encode(),
                 )
-                yield rewrite_subject(subject, prefix, remove), data, lines
+                if prev:
+                    lines += EXPECTED_LAST_MSG_ID % prev.encode()
+                size = len(lines) + HEADER_FRAME + len(data)
+                if size > size_limit:
+                    held.append(
+                        f"source sequence {seq} is {size} bytes with its headers, above the {size_setter} "
+                        f"({size_limit} bytes): raise that limit on the target"
+                    )
+                    return
+                if covered is not None and not covered(subject):
+                    held.append(
+                        f"source sequence {seq} would be copied to subject {subject}, which target stream "
+                        f"{s.target_stream} does not hold (its subjects: {', '.join(limits.subjects)}): add it "
+                        "to the stream's subjects or set target_subject_prefix/target_subject_remove"
+                    )
+                    return
+                ids.append(msg_id)
+                if chain is not None:
+                    prev = msg_id
+                yield subject, data, lines
 
-        outcome = await self._publisher.publish(messages(), s.ack_timeout + table.num_rows / 1000)
-        if outcome.failures:
-            index, reason = outcome.failures[0]
-            hint = (
-                ": check target_subject_prefix/target_subject_remove against the target's subjects"
-                if "stream" in reason
-                else ""
+        start, duplicates = 0, 0
+        for _attempt in range(4):
+            if not self.shared_target and self._last_id is None:
+                self._last_id, _ = await self._target_tail(nc)
+            while start < len(seqs) and seqs[start] <= self.floor:
+                start += 1  # already in the target (its tail said so)
+            chain = None if self.shared_target else self._last_id
+            self._last_id = None  # unknown until this attempt is settled
+            ids.clear()
+            outcome = await publisher.publish(
+                messages(start, chain), s.ack_timeout + (len(seqs) - start) / 1000
             )
-            raise PublishError(
-                f"{len(outcome.failures)} of {outcome.published} messages were not stored in target stream "
-                f"{s.target_stream} (source sequence {seqs[index]}: {reason}){hint}; the batch will be retried"
-            )
-        return outcome
+            duplicates += outcome.duplicates
+            first = outcome.first_failure()
+            stored = first.index if first is not None else outcome.published
+            if stored:
+                self.floor = max(self.floor, seqs[start + stored - 1])
+            if first is None:
+                if chain is not None and ids and not outcome.duplicates:
+                    self._last_id = ids[-1]
+                if held:
+                    raise PublishError(f"{held[0]}; nothing after it is copied until then")
+                outcome.duplicates = duplicates
+                return outcome
+            if first.code != WRONG_LAST_MSG_ID or chain is None:
+                later = "; the messages after it were held back" if chain is not None else ""
+                raise PublishError(
+                    f"target stream {s.target_stream} refused source sequence {seqs[start + first.index]}: "
+                    f"{first.reason}{later}; the batch will be retried"
+                )
+            # The target's last message was not the one we published before: read its tail.
+            self._last_id, ours = await self._target_tail(nc)
+            if not ours:
+                self.shared_target = True
+                self.log.warning(
+                    "target stream %s has another writer: publishing without Nats-Expected-Last-Msg-Id from now "
+                    "on, so order rests on the checks made before publishing (see docs/operations.md)",
+                    s.target_stream,
+                )
+            start += stored
+        raise PublishError(
+            f"target stream {s.target_stream} kept moving while we published; the batch will be retried"
+        )
+
+    async def _target_tail(self, nc: ReplicatorClient) -> tuple[str, bool]:
+        """The Nats-Msg-Id of the target's last message ("" if none) and whether that message is
+        our copy (or the target is empty); the floor moves to the source sequence of our copy."""
+        s = self.settings
+        info = await stream_info(nc, s.target_stream)
+        if info is None:
+            raise PublishError(f"target stream {s.target_stream} does not exist (deleted while copying?)")
+        if info.state.messages == 0:
+            return "", True
+        last = await last_message(nc, s.target_stream, bool(info.config.allow_direct))
+        if last is None:
+            return "", True
+        mark = parse_source_header(first_value(last.headers, SOURCE_HEADER))
+        ours = mark is not None and (mark.stream, mark.replicator, mark.config_name) == (
+            s.source_stream,
+            s.replicator,
+            s.config_name,
+        )
+        if mark is not None and ours:
+            self.floor = max(self.floor, mark.sequence)
+        return first_value(last.headers, MSG_ID_HEADER) or "", ours
 
     def account(self, r: BatchResult) -> None:
         """Count a handled batch in the metrics and the totals."""

@@ -81,3 +81,9 @@ def test_the_monitor_listens_on_every_interface_unless_given_an_address() -> Non
         ConfigError, match=r"monitor_address: 'localhost:9100' is not an IP address: use 127\.0\.0\.1"
     ):
         parse_config({**BASE, "monitor_address": "localhost:9100"})
+
+
+def test_chain_copies_is_on_unless_turned_off() -> None:
+    assert parse_config(BASE).streams[0].chain_copies is True
+    off = parse_config({**BASE, "streams": [{**BASE["streams"][0], "chain_copies": False}]})
+    assert off.streams[0].chain_copies is False

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from replicator.logs import setup_logging, stream_logger
-from replicator.spark.jvm_log import classify
+from replicator.spark.jvm_log import JvmOutput, classify
 
 
 class Captured:
@@ -96,3 +96,25 @@ def test_anything_else_the_jvm_prints_is_shown_as_a_warning() -> None:
         logging.WARNING,
         "Traceback (most recent call last):",
     )
+
+
+def test_a_failed_batchs_stack_trace_is_left_to_debug_other_traces_are_shown() -> None:
+    """The replicator logs a failed batch's reason in one line; Spark's stack trace of it is
+    noise unless debugging. A trace after any other record still shows."""
+    failed = [
+        "2026-11-23 21:40:30,552 ERROR spark.MicroBatchExecution: Query sr_S [id = 8b99] terminated with error",
+        "org.apache.spark.sql.execution.streaming.sources.ForeachBatchUserFuncException: [FOREACH_BATCH_USER_FUNCTION_ERROR]",
+        "\tat org.apache.spark.sql.execution.streaming.sources.ForeachBatchSink.callBatchWriter(ForeachBatchSink.scala:56)",
+        "\t... 34 more",
+    ]
+    other = [
+        "2026-11-23 21:40:31,000 ERROR spark.Executor: Exception in task 0.0",
+        "\tat org.apache.spark.scheduler.Task.run(Task.scala:147)",
+    ]
+    quiet = JvmOutput(quiet=True)
+    got = [quiet.classify(line) for line in failed + other]
+    assert got[0] is not None and got[0][0] == logging.DEBUG
+    assert got[1:4] == [None, None, None]
+    assert got[4:] == [(logging.ERROR, "Executor: Exception in task 0.0"), (logging.WARNING, other[1])]
+    loud = JvmOutput(quiet=False)
+    assert all(loud.classify(line) is not None for line in failed)

@@ -63,7 +63,7 @@ def test_refusals_are_reported_with_their_position(nats_server: NatsCluster) -> 
         ("t.bad", b"4", {"Nats-Expected-Stream": "NOPE"}),  # refused by the server
     ]
     [outcome] = publish(nats_server.url, "T", [batch])
-    reasons = dict(outcome.failures)
+    reasons = {r.index: r.reason for r in outcome.failures}
     assert sorted(reasons) == [1, 2, 3]
     assert "503" in reasons[1]
     assert "OTHER" in reasons[2]

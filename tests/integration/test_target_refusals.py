@@ -1,0 +1,126 @@
+"""A target that refuses a message: the copy stops right before it (nothing after it lands, so
+the target never holds a gap), says which sequence and which limit, and continues exactly once
+the target takes it. A target with another writer is still copied exactly and in order."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import nats
+import pytest
+from helpers import (
+    copied_source_sequences,
+    create_stream,
+    publish,
+    registration,
+    run,
+    start_replicator,
+    wait_for,
+    write_config,
+)
+from nats.js.api import StreamConfig
+
+from harness.streams import count_messages as count
+
+pytestmark = pytest.mark.integration
+
+
+async def _update_stream(url: str, cfg: StreamConfig) -> None:
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().update_stream(cfg)
+    finally:
+        await nc.close()
+
+
+def test_a_refused_message_stops_the_copy_before_it_until_the_target_takes_it(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "S", ["s.>"]))
+    # 3,000 ~1 KB messages; sequence 1,500 is 20 KB; from 2,001 on some go to s.b.*.
+    items = [(f"s.a.{i % 7}", registration(i, 20_000 if i == 1499 else 1000), None) for i in range(2000)]
+    items += [(f"s.{'b' if i % 5 == 0 else 'a'}.{i % 7}", registration(i), None) for i in range(2000, 3000)]
+    run(publish(src, items))
+    big = StreamConfig(name="BIG", subjects=["s.>"], max_msg_size=8192, allow_direct=True)
+    narrow = StreamConfig(name="NARROW", subjects=["n.s.a.>"], allow_direct=True)
+    run(create_stream(dst, "BIG", ["s.>"], max_msg_size=8192))
+    run(create_stream(dst, "NARROW", ["n.s.a.>"]))
+    cfg = write_config(
+        tmp_path / "sr.yaml",
+        "dc1",
+        [
+            {"name": "big", "stream": "S", "source_url": src, "target_url": dst, "target_stream": "BIG",
+             "batch_max_messages": 700},
+            {"name": "narrow", "stream": "S", "source_url": src, "target_url": dst, "target_stream": "NARROW",
+             "target_subject_prefix": "n", "batch_max_messages": 700},
+        ],
+    )  # fmt: skip
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: "source sequence 1500 is" in rep.output(), 120, "the size refusal logged", rep)
+        wait_for(lambda: "source sequence 2001 would be copied to subject n.s.b.5" in rep.output(), 120,
+                 "the subject refusal logged", rep)  # fmt: skip
+        log = rep.output(10**9)
+        assert "above the max_msg_size of the target stream (8192 bytes)" in log
+        assert "which target stream NARROW does not hold (its subjects: n.s.a.>)" in log
+        assert "Traceback" not in log and "\tat org.apache" not in log  # one line per refusal
+        assert copied_source_sequences(dst, "BIG") == list(range(1, 1500))
+        assert copied_source_sequences(dst, "NARROW") == list(range(1, 2001))
+
+        # The operator fixes the targets; the next retry continues from the refused message.
+        run(_update_stream(dst, StreamConfig(**{**big.as_dict(), "max_msg_size": 65536})))  # type: ignore[arg-type]
+        run(_update_stream(dst, StreamConfig(**{**narrow.as_dict(), "subjects": ["n.s.>"]})))  # type: ignore[arg-type]
+        wait_for(lambda: run(count(dst, "BIG")) == 3000 and run(count(dst, "NARROW")) == 3000, 120,
+                 "the copies to finish", rep)  # fmt: skip
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert copied_source_sequences(dst, "BIG") == list(range(1, 3001))
+    assert copied_source_sequences(dst, "NARROW") == list(range(1, 3001))
+
+
+def ours(url: str) -> list[int]:
+    return [seq for seq in copied_source_sequences(url, "FANIN") if seq > 0]  # -1: not a copy
+
+
+def test_a_target_with_another_writer_is_copied_exactly_and_in_order(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    src, dst = source_server.url, nats_server.url
+    n = 20_000
+    run(create_stream(src, "S", ["s.>"]))
+    run(publish(src, [(f"s.{i % 11}", registration(i, 500), None) for i in range(n)]))
+    run(create_stream(dst, "FANIN", ["s.>", "other.>"]))
+    stop = threading.Event()
+
+    async def other_writer() -> int:  # another data centre's replicator, say
+        nc = await nats.connect(dst)
+        js, sent = nc.jetstream(), 0
+        try:
+            while not stop.is_set():
+                await js.publish("other.x", b"theirs")
+                sent += 1
+                await asyncio.sleep(0.002)
+        finally:
+            await nc.close()
+        return sent
+
+    theirs: list[int] = []
+    writer = threading.Thread(target=lambda: theirs.append(asyncio.run(other_writer())))
+    writer.start()
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+        {"stream": "S", "source_url": src, "target_url": dst, "target_stream": "FANIN", "batch_max_messages": 2000},
+    ])  # fmt: skip
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: len(ours(dst)) >= n, 180, "the copy", rep)
+    finally:
+        stop.set()
+        writer.join()
+        assert rep.stop() == 0, rep.output()
+    got = ours(dst)
+    assert got == list(range(1, n + 1)), (got[:20], got.index(1), got[got.index(1) - 3 : got.index(1) + 16])
+    assert run(count(dst, "FANIN")) == n + theirs[0]
+    assert "has another writer" in rep.output(10**9)
