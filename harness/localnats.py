@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -71,8 +72,9 @@ def _wait_port(
     raise RuntimeError(f"nats-server on {host}:{port} did not start within {timeout}s")
 
 
-def wait_jetstream(url: str, timeout: float = 30.0) -> None:
-    """Until JetStream answers API requests (a cluster needs a meta leader first)."""
+def wait_jetstream(url: str, timeout: float = 30.0, connect: dict[str, Any] | None = None) -> None:
+    """Until JetStream answers API requests (a cluster needs a meta leader first); `connect`:
+    nats-py options a server with TLS or authentication needs."""
     import asyncio
 
     import nats
@@ -82,7 +84,9 @@ def wait_jetstream(url: str, timeout: float = 30.0) -> None:
         last: Exception | None = None
         while time.monotonic() < deadline:
             try:
-                nc = await nats.connect(url.split(","), connect_timeout=2, max_reconnect_attempts=0)
+                nc = await nats.connect(
+                    url.split(","), connect_timeout=2, max_reconnect_attempts=0, **(connect or {})
+                )
                 try:
                     await nc.jetstream().account_info()
                     return
@@ -185,13 +189,18 @@ def _write_config(
 
 
 def start_binary_cluster(
-    size: int, name: str, base: Path, extra: str = "", js_domain: str = ""
+    size: int,
+    name: str,
+    base: Path,
+    extra: str = "",
+    js_domain: str = "",
+    connect: dict[str, Any] | None = None,
 ) -> NatsCluster:
     """Started on fresh ports, again (up to 3 times) if a server cannot take one."""
     for attempt in range(3):
         try:
             where = base if attempt == 0 else base / f"retry{attempt}"
-            return _start_binary_cluster(size, name, where, extra, js_domain)
+            return _start_binary_cluster(size, name, where, extra, js_domain, connect)
         except RuntimeError as e:
             if attempt == 2 or "exited" not in str(e):
                 raise
@@ -199,7 +208,9 @@ def start_binary_cluster(
     raise AssertionError("unreachable")
 
 
-def _start_binary_cluster(size: int, name: str, base: Path, extra: str, js_domain: str) -> NatsCluster:
+def _start_binary_cluster(
+    size: int, name: str, base: Path, extra: str, js_domain: str, connect: dict[str, Any] | None
+) -> NatsCluster:
     ports = [free_port() for _ in range(size)]
     cports = [free_port() for _ in range(size)] if size > 1 else [0]
     cluster = NatsCluster()
@@ -227,7 +238,7 @@ def _start_binary_cluster(size: int, name: str, base: Path, extra: str, js_domai
             raise
         cluster.servers.append(srv)
     try:
-        wait_jetstream(cluster.url)
+        wait_jetstream(cluster.url, connect=connect)
     except Exception:
         cluster.stop()
         raise
@@ -236,10 +247,14 @@ def _start_binary_cluster(size: int, name: str, base: Path, extra: str, js_domai
 
 @contextlib.contextmanager
 def local_cluster(
-    size: int = 1, name: str = "sr", extra: str = "", js_domain: str = ""
+    size: int = 1,
+    name: str = "sr",
+    extra: str = "",
+    js_domain: str = "",
+    connect: dict[str, Any] | None = None,
 ) -> Iterator[NatsCluster]:
     base = Path(tempfile.mkdtemp(prefix=f"nats-{name}-"))
-    cluster = start_binary_cluster(size, name, base, extra, js_domain)
+    cluster = start_binary_cluster(size, name, base, extra, js_domain, connect)
     try:
         yield cluster
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 from harness.localnats import NatsCluster, local_cluster, wait_jetstream
 
@@ -52,8 +53,12 @@ def start_container_cluster(size: int, name: str) -> NatsCluster:
 
 
 @contextlib.contextmanager
-def nats_cluster(size: int = 1, name: str = "sr", extra: str = "") -> Iterator[NatsCluster]:
-    """A JetStream server (size 1) or a cluster with routes (size > 1), stopped afterwards."""
+def nats_cluster(
+    size: int = 1, name: str = "sr", extra: str = "", connect: dict[str, Any] | None = None
+) -> Iterator[NatsCluster]:
+    """A JetStream server (size 1) or a cluster with routes (size > 1), stopped afterwards.
+    `extra` (server configuration lines: TLS, accounts) runs the binary, whose files it can
+    name; `connect` gives the nats-py options such a server needs to be asked if it is ready."""
     if docker_available() and not extra:
         cluster = start_container_cluster(size, name)
         try:
@@ -61,5 +66,5 @@ def nats_cluster(size: int = 1, name: str = "sr", extra: str = "") -> Iterator[N
         finally:
             cluster.stop()
         return
-    with local_cluster(size, name, extra) as cluster:
+    with local_cluster(size, name, extra, connect=connect) as cluster:
         yield cluster

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from replicator.headers import SOURCE_HEADER, parse_source_header
 from replicator.nats.connect import open_connection
 from replicator.nats.jetstream import stream_info
@@ -46,3 +48,30 @@ async def copied_sequences(url: str, stream: str) -> list[int]:
     its order (-1 where a message has none): what a copy must equal, 1..n."""
     marks = [parse_source_header(first_value(m.headers, SOURCE_HEADER)) for m in await read_all(url, stream)]
     return [m.sequence if m else -1 for m in marks]
+
+
+async def copy_differences(src_url: str, stream: str, dst_url: str, target_stream: str) -> list[str]:
+    """How the target's copies differ from the source stream, sequence by sequence (subject
+    aside, which a copy may rewrite): missing, duplicated, out of order or changed. Empty when
+    the target holds exactly one copy of every source message, in order."""
+    source = await read_all(src_url, stream)
+    copies = await read_all(dst_url, target_stream)
+    seqs = [
+        mark.sequence if (mark := parse_source_header(first_value(m.headers, SOURCE_HEADER))) else -1
+        for m in copies
+    ]
+    problems = []
+    want = [m.seq for m in source]
+    if seqs != want:
+        missing = sorted(set(want) - set(seqs))
+        dup = len(seqs) - len(set(seqs))
+        disorder = sum(1 for a, b in itertools.pairwise(seqs) if b <= a)
+        problems.append(
+            f"{len(seqs)} copies of {len(want)} messages: {len(missing)} missing (first {missing[:5]}), "
+            f"{dup} duplicated, {disorder} out of order"
+        )
+    by_seq = {m.seq: m.data for m in source}
+    changed = [s for s, m in zip(seqs, copies, strict=True) if s in by_seq and by_seq[s] != m.data]
+    if changed:
+        problems.append(f"{len(changed)} copies differ from their source message (first {changed[:5]})")
+    return problems

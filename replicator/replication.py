@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -230,6 +231,21 @@ class StreamReplication:
             )
         self.log.info("replicating to %s (checkpoint %s)", self.s.target_stream, ckpt)
         return self.query
+
+    def servers_answer(self, timeout: float = 2.0) -> bool:
+        """Whether the source's and the target's JetStream answer now (each within `timeout`)."""
+        if self._source_nc is None or self.sink is None:
+            return False
+
+        async def probe() -> bool:
+            assert self.sink is not None
+            source = await stream_info(self._source_nc, self.s.stream)
+            return source is not None and await self.sink.target_answers()
+
+        try:
+            return bool(self.loop.run(asyncio.wait_for(probe(), timeout), timeout + 1))
+        except Exception:
+            return False
 
     def update_lag(self) -> int | None:
         """Source lag (last stream sequence - last copied sequence), also set as a metric."""

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from replicator.aio import LoopThread
@@ -51,6 +52,8 @@ class Runner:
         self.progress = {r.label: Progress() for r in self.replications}
         # Batches a stream's sink had handled when its query last started.
         self._batches_at_start: dict[str, int] = {}
+        # Streams waiting to be started again, with when.
+        self._retries: dict[str, _Retry] = {}
         for r in self.replications:
             self.readiness.set(r.label, StreamState.STARTING)
         # Set by `stream-replicator jvm-archive`: the JVM dumps its loaded classes when it ends.
@@ -131,6 +134,9 @@ class Runner:
         return True
 
     def _supervise(self, r: StreamReplication) -> None:
+        if r.label in self._retries:
+            self._retry_when_due(r)
+            return
         q = r.query
         assert r.sink is not None
         published = r.sink.publish_failed()
@@ -150,11 +156,27 @@ class Runner:
                 self.backoff[r.label].reset()  # running and making progress again
             return
         r.sink.labels.of(metrics().errors).inc()
+        self._schedule_retry(r)
+
+    def _schedule_retry(self, r: StreamReplication) -> None:
+        """Start `r` again after its backoff, or as soon as its servers answer again if they
+        stopped answering meanwhile. Other streams are supervised while it waits."""
         self.readiness.set(r.label, StreamState.RETRYING)
         wait = self.backoff[r.label].next_wait()
         r.log.info("retrying from the checkpoint in %.0fs", wait)
-        if self.stop_event.wait(wait):
-            return
+        # Servers not answering now (a link down, a restart) are retried the moment they do.
+        self._retries[r.label] = _Retry(time.monotonic() + wait, servers_were_down=not r.servers_answer())
+
+    def _retry_when_due(self, r: StreamReplication) -> None:
+        retry = self._retries[r.label]
+        if time.monotonic() < retry.due:
+            if not r.servers_answer():
+                retry.servers_were_down = True
+                return
+            if not retry.servers_were_down:
+                return
+            r.log.info("source and target answer again; retrying now")
+        del self._retries[r.label]
         self._start(r)
 
     def _log_progress(self) -> None:
@@ -185,7 +207,7 @@ class Runner:
         except Exception as e:
             r.log.error("could not start (%s)", _first_line(e))
             r.query = None
-            self.readiness.set(r.label, StreamState.RETRYING)
+            self._schedule_retry(r)
         else:
             self.readiness.set(r.label, StreamState.REPLICATING)
             assert r.sink is not None
@@ -217,7 +239,15 @@ class Runner:
         log.info("stopped")
 
 
-_PYTHON_ERROR_LINE = re.compile(r"^(?:: )?(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
+@dataclass
+class _Retry:
+    due: float  # time.monotonic() at which the stream is started again
+    # Whether its servers stopped answering while it waited: once they answer again, the
+    # retry need not wait out its backoff (a restarted server, a link back up).
+    servers_were_down: bool = False
+
+
+_PYTHON_ERROR_LINE = re.compile(r"^(?:: )?(?:[\w.]+\.)?(\w+(?:Error|Exception)|UnexpectedEOF): (.+)$")
 
 
 def _first_line(e: BaseException) -> str:

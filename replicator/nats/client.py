@@ -29,6 +29,9 @@ class ReplicatorClient(Client):
     def __init__(self) -> None:
         super().__init__()
         self._raw_handlers: dict[int, RawHandler] = {}
+        # Times the connection was lost (counted by open_connection's disconnected callback):
+        # a publisher waiting for acks gives up at once when it moves.
+        self.disconnects = 0
 
     async def raw_subscribe(self, subject: str, handler: RawHandler) -> Subscription:
         sub = await self.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import ssl
+import time
 from typing import Any, Protocol
 
 from replicator.nats.client import ReplicatorClient
@@ -22,6 +25,8 @@ class TLSSettings(Protocol):
 
 
 log = logging.getLogger(__name__)
+
+ERROR_LOG_INTERVAL_S = 30.0
 
 
 def ssl_context(tls: TLSSettings | None, insecure: bool) -> ssl.SSLContext | None:
@@ -46,32 +51,101 @@ def connect_options(url: str | NatsURL, tls: TLSSettings | None = None, name: st
         "pending_size": 64 * 1024 * 1024,
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": 1,
+        # A half-open link (the peer gone without closing) is noticed when pings go unanswered:
+        # within ~20 s, not nats-py's default 4 minutes.
+        "ping_interval": 5,
+        "max_outstanding_pings": 3,
     }
-    if u.user:
+    if u.user and u.password is not None:
         opts["user"] = u.user
-        if u.password is not None:
-            opts["password"] = u.password
+        opts["password"] = u.password
+    elif u.user:
+        opts["token"] = u.user  # nats://TOKEN@host, as Go's client reads it
     if u.credentials:
         opts["user_credentials"] = u.credentials
     elif u.jwt and u.nkey:
         opts["user_credentials"] = (u.jwt, u.nkey)
+    elif u.nkey:
+        opts["nkeys_seed"] = u.nkey
     ctx = ssl_context(tls, u.insecure)
     if ctx is not None:
         opts["tls"] = ctx
+        opts["tls_handshake_first"] = u.tls_handshake_first
+    elif u.tls_handshake_first:
+        raise ValueError("tls_handshake_first=true needs TLS: give tls: (ca/cert/key) or use tls://")
     return opts
+
+
+class ConnectError(RuntimeError):
+    """A server refused the connection for a reason retrying cannot fix (credentials, TLS)."""
+
+
+# Errors that retrying will not cure, with what to do about them.
+_PERMANENT = (
+    ("Authorization Violation", "the server refused the credentials: check the user and password, "
+     "token, nkey or creds file of the URL (an expired or revoked credential is refused this way too)"),
+    ("Authentication Expired", "the credential has expired: issue a new one"),
+    ("Authentication Revoked", "the credential was revoked: issue a new one"),
+    ("CERTIFICATE_VERIFY_FAILED", "the server's certificate is not signed by a CA this client trusts: "
+     "give the CA that signed it as tls: ca (or turn TLS off where the server has none)"),
+    ("CERTIFICATE_REQUIRED", "the server requires a client certificate: give tls: cert and key"),
+    ("certificate required", "the server requires a client certificate: give tls: cert and key"),
+    ("WRONG_VERSION_NUMBER", "TLS on one side only: give tls: settings only for servers with TLS"),
+    ("secure connection not available", "TLS on one side only: the server has no TLS; remove tls: for it"),
+    ("tls_handshake_first", "the server does not do TLS before INFO: remove tls_handshake_first"),
+)  # fmt: skip
+
+
+def permanent_reason(e: BaseException) -> str | None:
+    """What to do about a connection error that retrying will not cure; None for others."""
+    text = str(e)
+    for marker, hint in _PERMANENT:
+        if marker.lower() in text.lower():
+            return hint
+    return None
 
 
 async def open_connection(
     url: str | NatsURL, tls: TLSSettings | None = None, name: str = "", **overrides: Any
 ) -> ReplicatorClient:
-    """Connect with a bounded first attempt: a wrong URL fails fast with a clear error."""
+    """Connect, retrying while the servers cannot be reached (nats-py's way); a refusal that
+    retrying cannot cure (credentials, TLS) raises ConnectError at once, in one line that names
+    the servers and the fix. Later losses of the connection are retried for ever."""
     opts = connect_options(url, tls, name)
     opts.update(overrides)
+    where = f"{','.join(opts['servers'])} ({name or 'stream-replicator'})"
+    loop = asyncio.get_running_loop()
+    refused: asyncio.Future[BaseException] = loop.create_future()
+    last_logged: dict[str, float] = {}
 
     async def _error_cb(e: Exception) -> None:
-        log.warning("NATS connection %s: %s", name or opts["servers"], e)
+        if not refused.done() and not nc.is_connected and permanent_reason(e):
+            refused.set_result(e)
+            return
+        # While a server is away the client retries every second: the same error is logged
+        # once per ERROR_LOG_INTERVAL_S, not sixty times a minute.
+        now, text = time.monotonic(), str(e) or type(e).__name__
+        if now - last_logged.get(text, -ERROR_LOG_INTERVAL_S) >= ERROR_LOG_INTERVAL_S:
+            last_logged[text] = now
+            log.warning("NATS connection %s: %s", name or opts["servers"], text)
 
     opts.setdefault("error_cb", _error_cb)
     nc = ReplicatorClient()
-    await nc.connect(**opts)
+
+    async def _disconnected_cb() -> None:
+        nc.disconnects += 1
+
+    opts.setdefault("disconnected_cb", _disconnected_cb)
+    connecting = asyncio.ensure_future(nc.connect(**opts))
+    waiters: set[asyncio.Future[Any]] = {connecting, refused}
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    if not connecting.done():
+        connecting.cancel()
+        with contextlib.suppress(BaseException):
+            await connecting
+        with contextlib.suppress(Exception):
+            await nc.close()
+        e = refused.result()
+        raise ConnectError(f"cannot connect to {where}: {e}: {permanent_reason(e)}")
+    connecting.result()
     return nc

@@ -123,11 +123,30 @@ class PipelinedPublisher:
         publish = self.nc.publish_encoded
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        disconnects = self.nc.disconnects
+
+        async def wait(event: asyncio.Event) -> None:
+            # Until `event`, the deadline (TimeoutError), or the connection dropping: the acks
+            # outstanding then are lost, and waiting for them would only delay the retry.
+            while True:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise TimeoutError
+                try:
+                    await asyncio.wait_for(event.wait(), min(left, 0.5))
+                    return
+                except TimeoutError:
+                    if self.nc.disconnects != disconnects:
+                        raise PublishError(
+                            f"the connection to the target was lost with {batch.sent - batch.acked} of "
+                            f"{batch.sent} publishes to stream {self.stream} unacknowledged"
+                        ) from None
+
         try:
             for subject, data, headers in messages:
                 if batch.sent - batch.acked >= batch.max_pending:
                     batch.room.clear()
-                    await asyncio.wait_for(batch.room.wait(), max(0.0, deadline - loop.time()))
+                    await wait(batch.room)
                 # Counted before the await: its ack may be handled while publish() yields.
                 index = batch.sent
                 batch.sent += 1
@@ -135,7 +154,7 @@ class PipelinedPublisher:
             batch.outcome.published = batch.sent
             batch.all_sent = True
             if batch.acked < batch.sent:
-                await asyncio.wait_for(batch.all_acked.wait(), max(0.0, deadline - loop.time()))
+                await wait(batch.all_acked)
         except TimeoutError:
             raise PublishError(
                 f"{batch.sent - batch.acked} of {batch.sent} publishes to stream {self.stream} were not "

@@ -1,7 +1,9 @@
 """NATS URLs in the Choria form: `nats://user:pass@host:4222,nats://host2:4222?credentials=/path`.
 
 Options ride in the query string: `credentials=` (a .creds file), `jwt=`+`nkey=` (two files),
-`connect_timeout=` (seconds) and `insecure=` (TLS without verifying the server).
+`nkey=` alone (an nkey seed file), `connect_timeout=` (a duration: `2s`, `1500ms`; or seconds),
+`insecure=` (TLS without verifying the server) and `tls_handshake_first=` (TLS before the
+server's INFO, for TLS-terminating proxies). A user without a password is a token, as in Go.
 """
 
 from __future__ import annotations
@@ -9,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
-_KNOWN = {"credentials", "jwt", "nkey", "connect_timeout", "insecure"}
+from replicator.durations import parse_duration
+
+_KNOWN = {"credentials", "jwt", "nkey", "connect_timeout", "insecure", "tls_handshake_first"}
+_TRUE = ("1", "true", "yes", "")
 _SCHEMES = {"nats", "tls", "ws", "wss"}
 
 
@@ -23,6 +28,7 @@ class NatsURL:
     nkey: str | None = None
     connect_timeout: float = 5.0
     insecure: bool = False
+    tls_handshake_first: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
     def redacted(self) -> str:
@@ -67,17 +73,20 @@ def parse_nats_url(url: str) -> NatsURL:
         raise ValueError(
             f"unknown URL option {sorted(unknown)[0]!r}: supported are {', '.join(sorted(_KNOWN))}"
         )
-    if bool(params.get("jwt")) != bool(params.get("nkey")):
-        raise ValueError("jwt= and nkey= must be given together")
+    if params.get("jwt") and not params.get("nkey"):
+        raise ValueError("jwt= needs nkey= (the user's seed file) beside it")
     timeout = 5.0
     if "connect_timeout" in params:
         try:
-            timeout = float(params["connect_timeout"].rstrip("s"))
+            text = params["connect_timeout"]
+            timeout = (
+                float(text) if text.replace(".", "", 1).isdigit() else parse_duration(text).total_seconds()
+            )
         except ValueError:
             raise ValueError(
-                f"connect_timeout={params['connect_timeout']!r} is not a number of seconds"
+                f"connect_timeout={params['connect_timeout']!r} is not a duration: use 2s, 1500ms or 5"
             ) from None
-    insecure = params.get("insecure", "false").lower() in ("1", "true", "yes", "")
+    insecure = params.get("insecure", "false").lower() in _TRUE
     return NatsURL(
         servers=servers,
         user=user,
@@ -87,4 +96,5 @@ def parse_nats_url(url: str) -> NatsURL:
         nkey=params.get("nkey") or None,
         connect_timeout=timeout,
         insecure=insecure,
+        tls_handshake_first=params.get("tls_handshake_first", "false").lower() in _TRUE,
     )

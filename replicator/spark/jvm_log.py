@@ -34,9 +34,13 @@ _LEVELS = {
 }
 
 
-# A query that ends because our foreachBatch raised: the replicator logs the reason in one line
-# and retries, so Spark's copy of it (a Java stack trace wrapping the Python one) is noise.
-_BATCH_FAILED = re.compile(r"terminated with error|FOREACH_BATCH_USER_FUNCTION_ERROR")
+# A batch that failed (our foreachBatch raised, or a read task did: a server went away): the
+# replicator logs the reason in one line and retries, so Spark's copies of it (Java stack traces
+# wrapping the Python one) are noise unless debugging.
+_BATCH_FAILED = re.compile(
+    r"terminated with error|FOREACH_BATCH_USER_FUNCTION_ERROR|Exception in task|Lost task|"
+    r"failed \d+ times?; aborting job"
+)
 
 
 class JvmOutput:

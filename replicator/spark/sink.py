@@ -126,6 +126,10 @@ class OrderedSink:
             )
         return self._nc
 
+    async def target_answers(self) -> bool:
+        """Whether the target stream can be looked up now (connecting if need be)."""
+        return await stream_info(await self._conn(), self.settings.target_stream) is not None
+
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         """One micro-batch. With an in-flight record this returns once the batch is recorded
         and its publishing started, so Spark reads the next batch while this one is published;

@@ -108,13 +108,18 @@ def test_a_failed_batchs_stack_trace_is_left_to_debug_other_traces_are_shown() -
         "\t... 34 more",
     ]
     other = [
-        "2026-11-23 21:40:31,000 ERROR spark.Executor: Exception in task 0.0",
+        "2026-11-23 21:40:31,000 ERROR spark.DAGScheduler: Failed to update accumulator",
         "\tat org.apache.spark.scheduler.Task.run(Task.scala:147)",
     ]
     quiet = JvmOutput(quiet=True)
     got = [quiet.classify(line) for line in failed + other]
     assert got[0] is not None and got[0][0] == logging.DEBUG
     assert got[1:4] == [None, None, None]
-    assert got[4:] == [(logging.ERROR, "Executor: Exception in task 0.0"), (logging.WARNING, other[1])]
+    assert got[4:] == [
+        (logging.ERROR, "DAGScheduler: Failed to update accumulator"),
+        (logging.WARNING, other[1]),
+    ]
+    task = "2026-11-23 22:30:45,400 ERROR spark.Executor: Exception in task 0.0 in stage 3.0 (TID 3)"
+    assert quiet.classify(task) == (logging.DEBUG, "Executor: Exception in task 0.0 in stage 3.0 (TID 3)")
     loud = JvmOutput(quiet=False)
     assert all(loud.classify(line) is not None for line in failed)

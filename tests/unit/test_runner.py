@@ -16,6 +16,13 @@ def test_a_failed_batch_is_reported_by_its_python_reason_not_sparks_wrapper() ->
     assert _first_line(wrapped) == (
         "PublishError: 500 of 1000 messages were not stored (maximum messages exceeded)"
     )
+    worker = Exception(
+        "PythonException: An exception was thrown from the Python worker:\n"
+        "Traceback (most recent call last):\n"
+        '  File "readers.py", line 9, in chunks\n'
+        "nats.errors.UnexpectedEOF: nats: unexpected EOF\n"
+    )
+    assert _first_line(worker) == "UnexpectedEOF: nats: unexpected EOF"
     assert _first_line(ValueError("plain reason\nmore")) == "plain reason"
     assert _first_line(RuntimeError()) == "RuntimeError"
 

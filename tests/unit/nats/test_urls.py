@@ -24,7 +24,8 @@ def test_urls() -> None:
         ("", "empty URL"),
         ("http://a", "unsupported scheme"),
         ("nats://a?foo=1", "unknown URL option"),
-        ("nats://a?jwt=/j", "together"),
+        ("nats://a?jwt=/j", "needs nkey="),
+        ("nats://a?connect_timeout=soon", "not a duration"),
         ("nats://a:port", "bad port"),
     ]:
         with pytest.raises(ValueError, match=msg):

@@ -1,0 +1,68 @@
+"""The fault proxy itself, against a real nats-server: each fault does what the fault tests
+rely on it to do."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+from nats_servers import NatsCluster
+
+from harness.faultproxy import FaultProxy
+
+pytestmark = pytest.mark.integration
+
+
+def _port(url: str) -> int:
+    return int(url.split(",")[0].rsplit(":", 1)[1])
+
+
+def test_latency_cut_half_open_and_restore(nats_server: NatsCluster) -> None:
+    async def go(proxy: FaultProxy) -> None:
+        events: list[str] = []
+
+        async def on_disconnect() -> None:
+            events.append("disconnected")
+
+        async def on_reconnect() -> None:
+            events.append("reconnected")
+
+        nc = await nats.connect(
+            proxy.url, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect,
+            reconnect_time_wait=0.2, max_reconnect_attempts=-1, ping_interval=1, max_outstanding_pings=2,
+        )  # fmt: skip
+        try:
+            assert (await nc.rtt()) < 0.04
+            proxy.latency = 0.025
+            assert (await nc.rtt()) >= 0.05  # 25 ms each way
+            proxy.latency = 0.0
+
+            proxy.cut()
+            await asyncio.sleep(1.0)
+            assert events[:1] == ["disconnected"] and nc.is_reconnecting
+            proxy.restore()
+            for _ in range(50):
+                if nc.is_connected:
+                    break
+                await asyncio.sleep(0.1)
+            assert events[-1] == "reconnected"
+            assert (await nc.request("$JS.API.INFO", b"", timeout=2)).data
+
+            proxy.half_open()
+            with pytest.raises(nats.errors.TimeoutError):
+                await nc.request("$JS.API.INFO", b"", timeout=1)
+            assert nc.is_connected  # nothing told the client
+            proxy.restore()
+            # Its pings go unanswered: the client gives the connection up and reconnects.
+            for _ in range(100):
+                if events.count("reconnected") == 2 and nc.is_connected:
+                    break
+                await asyncio.sleep(0.1)
+            assert events.count("reconnected") == 2
+            assert (await nc.request("$JS.API.INFO", b"", timeout=2)).data
+        finally:
+            await nc.close()
+
+    with FaultProxy(_port(nats_server.url)) as proxy:
+        asyncio.run(go(proxy))

@@ -1,0 +1,238 @@
+"""Server and network faults while the replicator copies a stream that is being published to:
+each test ends with the target holding exactly one copy of every source message, in order.
+
+These tests stop and start NATS servers, so they run on the `nats-server` binary (harness.
+localnats) rather than the shared fixture's containers; the links go through the fault proxy
+(harness.faultproxy). Recovery times are printed (run with -s) for docs/faults.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from helpers import registration, run, start_replicator, wait_for, write_config
+from nats.js.api import StreamConfig
+
+from harness.faultproxy import FaultProxy
+from harness.localnats import NatsCluster, local_cluster
+from harness.streams import copy_differences
+from harness.streams import count_messages as count
+
+pytestmark = pytest.mark.integration
+
+
+class LivePublisher:
+    """Publishes registrations to the source at a steady rate on a thread, riding out source
+    faults: a publish that fails is retried with the same Nats-Msg-Id, so the source holds
+    each message once whatever happened to its ack."""
+
+    def __init__(self, url: str, rate: float = 400.0) -> None:
+        self.url = url
+        self.rate = rate
+        self.sent = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _run(self) -> None:
+        async def quiet(_e: Exception) -> None:  # the faults are deliberate
+            return None
+
+        nc = await nats.connect(
+            self.url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.2, error_cb=quiet
+        )
+        js = nc.jetstream(timeout=2)
+        try:
+            while not self._stop.is_set():
+                i = self.sent
+                while not self._stop.is_set():
+                    try:
+                        await js.publish(
+                            f"reg.{i % 97}", registration(i, 800), headers={"Nats-Msg-Id": f"p{i}"}
+                        )
+                        break
+                    except Exception:
+                        self.errors += 1
+                        await asyncio.sleep(0.2)
+                self.sent += 1
+                await asyncio.sleep(1 / self.rate)
+        finally:
+            await nc.close()
+
+    def __enter__(self) -> LivePublisher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def _port(url: str) -> int:
+    return int(url.split(",")[0].rsplit(":", 1)[1])
+
+
+async def _create_source(url: str, replicas: int = 1) -> None:
+    nc = await nats.connect(url.split(","))
+    try:
+        await nc.jetstream().add_stream(
+            StreamConfig(name="REG", subjects=["reg.>"], num_replicas=replicas, allow_direct=True)
+        )
+    finally:
+        await nc.close()
+
+
+def _recovery(what: str, copies: Callable[[], int], rep: object, timeout: float = 90) -> float:
+    """Seconds from now until the target holds more copies than now."""
+    start, before = time.monotonic(), copies()
+    wait_for(lambda: copies() > before, timeout, f"copies after {what}", rep)  # type: ignore[arg-type]
+    took = time.monotonic() - start
+    print(f"\nfault {what}: copying again {took:.1f}s after it ended")
+    return took
+
+
+def _finish_and_check(src: str, dst: str, rep: object) -> None:
+    wait_for(lambda: run(count(dst, "REG")) == run(count(src, "REG")), 120, "the copy to catch up", rep)  # type: ignore[arg-type]
+    assert run(copy_differences(src, "REG", dst, "REG")) == []
+
+
+@pytest.fixture
+def source() -> Iterator[NatsCluster]:
+    with local_cluster(1, "source") as c:
+        yield c
+
+
+@pytest.fixture
+def target() -> Iterator[NatsCluster]:
+    with local_cluster(1, "target") as c:
+        yield c
+
+
+@pytest.fixture
+def source_trio() -> Iterator[NatsCluster]:
+    with local_cluster(3, "dc1") as c:
+        yield c
+
+
+def test_target_link_cut_for_60s_half_open_and_slow(
+    source: NatsCluster, target: NatsCluster, tmp_path: Path
+) -> None:
+    run(_create_source(source.url))
+    with FaultProxy(_port(target.url)) as link:
+        with LivePublisher(source.url):
+            cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+                {"stream": "REG", "source_url": source.url, "target_url": link.url},
+            ])  # fmt: skip
+            rep = start_replicator(cfg)
+            try:
+
+                def copies() -> int:
+                    return int(run(count(target.url, "REG")))
+
+                wait_for(lambda: copies() >= 1000, 120, "the first copies", rep)
+                link.cut()  # the target unreachable for 60 s
+                time.sleep(60)
+                link.restore()
+                _recovery("target unreachable for 60 s", copies, rep)
+
+                link.half_open()  # the link goes silent; nothing tells the replicator
+                time.sleep(10)
+                link.restore()
+                _recovery("half-open target link for 10 s", copies, rep)
+
+                link.latency = 0.02  # a 40 ms round trip, 2 MB/s, from here on
+                link.bandwidth = 2_000_000
+                time.sleep(5)
+            except BaseException:
+                rep.stop()
+                raise
+        try:
+            _finish_and_check(source.url, target.url, rep)
+        finally:
+            assert rep.stop() == 0, rep.output()
+    log = rep.output(10**9)
+    assert "Traceback" not in log, log
+
+
+def test_source_link_cut_and_servers_restarted(
+    source: NatsCluster, target: NatsCluster, tmp_path: Path
+) -> None:
+    run(_create_source(source.url))
+    with FaultProxy(_port(source.url)) as link:
+        cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+            {"stream": "REG", "source_url": link.url, "target_url": target.url},
+        ])  # fmt: skip
+        rep = start_replicator(cfg)
+        try:
+            with LivePublisher(source.url):
+
+                def copies() -> int:
+                    return int(run(count(target.url, "REG")))
+
+                wait_for(lambda: copies() >= 1000, 120, "the first copies", rep)
+                link.cut()
+                time.sleep(5)
+                link.restore()
+                _recovery("source link cut for 5 s", copies, rep)
+
+                source.servers[0].stop()  # the source server restarted mid-copy
+                time.sleep(3)
+                source.servers[0].start()
+                _recovery("source server restarted", copies, rep)
+
+                target.servers[0].stop()  # and the target's
+                time.sleep(3)
+                target.servers[0].start()
+                _recovery("target server restarted", copies, rep)
+            _finish_and_check(source.url, target.url, rep)
+        finally:
+            assert rep.stop() == 0, rep.output()
+    log = rep.output(10**9)
+    assert "Traceback" not in log, log
+
+
+def test_a_source_cluster_losing_the_streams_leader(
+    source_trio: NatsCluster, target: NatsCluster, tmp_path: Path
+) -> None:
+    run(_create_source(source_trio.url, replicas=3))
+    with LivePublisher(source_trio.url):
+        cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+            {"stream": "REG", "source_url": source_trio.url, "target_url": target.url},
+        ])  # fmt: skip
+        rep = start_replicator(cfg)
+        try:
+
+            def copies() -> int:
+                return int(run(count(target.url, "REG")))
+
+            wait_for(lambda: copies() >= 1000, 120, "the first copies", rep)
+            leader = run(_stream_leader(source_trio.url))
+            server = next(s for s in source_trio.servers if s.name == leader)
+            server.stop()
+            _recovery(f"source stream leader {leader} stopped", copies, rep)
+            server.start()
+            time.sleep(3)
+        except BaseException:
+            rep.stop()
+            raise
+    try:
+        _finish_and_check(source_trio.url, target.url, rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert "Traceback" not in rep.output(10**9)
+
+
+async def _stream_leader(url: str) -> str:
+    nc = await nats.connect(url.split(","))
+    try:
+        info = await nc.jetstream().stream_info("REG")
+        assert info.cluster is not None and info.cluster.leader
+        return info.cluster.leader
+    finally:
+        await nc.close()
