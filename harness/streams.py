@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from replicator.headers import SOURCE_HEADER, parse_source_header
-from replicator.nats.connect import open_connection
+from replicator.nats.connect import TLSSettings, open_connection
 from replicator.nats.jetstream import stream_info
 from replicator.nats.readers import RawMessage, read_chunks
 from replicator.nats.wire import first_value
@@ -21,9 +21,9 @@ async def count_messages(url: str, stream: str) -> int:
         await nc.close()
 
 
-async def read_all(url: str, stream: str) -> list[RawMessage]:
+async def read_all(url: str, stream: str, tls: TLSSettings | None = None) -> list[RawMessage]:
     """Every message of `stream` in sequence order (it holds them all in memory)."""
-    nc = await open_connection(url, name="harness-read", pending_size=256 * 1024 * 1024)
+    nc = await open_connection(url, tls, name="harness-read", pending_size=256 * 1024 * 1024)
     try:
         info = await stream_info(nc, stream)
         if info is None or info.state.messages == 0:
@@ -50,12 +50,19 @@ async def copied_sequences(url: str, stream: str) -> list[int]:
     return [m.sequence if m else -1 for m in marks]
 
 
-async def copy_differences(src_url: str, stream: str, dst_url: str, target_stream: str) -> list[str]:
+async def copy_differences(
+    src_url: str,
+    stream: str,
+    dst_url: str,
+    target_stream: str,
+    src_tls: TLSSettings | None = None,
+    dst_tls: TLSSettings | None = None,
+) -> list[str]:
     """How the target's copies differ from the source stream, sequence by sequence (subject
     aside, which a copy may rewrite): missing, duplicated, out of order or changed. Empty when
     the target holds exactly one copy of every source message, in order."""
-    source = await read_all(src_url, stream)
-    copies = await read_all(dst_url, target_stream)
+    source = await read_all(src_url, stream, src_tls)
+    copies = await read_all(dst_url, target_stream, dst_tls)
     seqs = [
         mark.sequence if (mark := parse_source_header(first_value(m.headers, SOURCE_HEADER))) else -1
         for m in copies
