@@ -333,6 +333,7 @@ def load_config(path: str | Path) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{p}:{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
+        where = f": line {mark.line + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or getattr(e, "reason", None) or str(e)
+        raise ConfigError(f"{p}{where}: not valid YAML: {' '.join(str(problem).split())}") from None
     return parse_config(data, base_dir=p.resolve().parent)

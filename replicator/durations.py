@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
+
+_MAX_SECONDS = 100 * 365 * 86400  # a century: beyond it, a typo
 
 # Units in seconds. M (month) and Y (year) are fixed lengths, as in Choria's util.ParseDurationString.
 _UNITS: dict[str, float] = {
@@ -31,9 +34,11 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
     if isinstance(text, bool):
         raise ValueError(f"invalid duration {text!r}: {_HINT}")
     if isinstance(text, int | float):
-        if text < 0:
-            raise ValueError(f"invalid duration {text!r}: must not be negative")
+        if not math.isfinite(text) or text < 0 or text > _MAX_SECONDS:
+            raise ValueError(f"invalid duration {text!r}: give a number of seconds from 0 to {_MAX_SECONDS}")
         return timedelta(seconds=float(text))
+    if not isinstance(text, str):
+        raise ValueError(f"invalid duration {text!r}: {_HINT}")
     s = text.strip()
     if not s:
         raise ValueError(f"invalid duration {text!r}: {_HINT}")

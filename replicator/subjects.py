@@ -48,3 +48,17 @@ def subjects_matcher(patterns: list[str]) -> Callable[[str], bool]:
         return any(subject_matches(subject, p) for p in patterns)
 
     return covered
+
+
+_NOT_IN_A_TOKEN = re.compile(r"[\s*>]")
+
+
+def subject_tokens(value: str) -> str:
+    """`value` made safe to place in a subject: its dots still separate tokens (a host name
+    stays `node1.example.net`, as Choria publishes it), but whitespace, `*` and `>` become `_`,
+    and so does an empty token, so no value can make a wildcard or an invalid subject.
+
+    >>> subject_tokens("web 01.*.example..net>")
+    'web_01._.example._.net_'
+    """
+    return ".".join(token or "_" for token in _NOT_IN_A_TOKEN.sub("_", value).split("."))

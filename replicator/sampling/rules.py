@@ -22,6 +22,8 @@ from enum import StrEnum
 
 import numpy as np
 
+from replicator.subjects import subject_tokens
+
 PROTOCOL = "io.choria.sr.v2.age_advisory"
 KSUID_EPOCH = 1_400_000_000
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -71,7 +73,8 @@ class Advisory:
         return ksuid(self.event_ms // 1000, f"{stream}\x00{self.sender}\x00{self.event}\x00{self.event_ms}")
 
     def subject(self, template: str) -> str:
-        return template.replace("%s", self.event).replace("%v", self.sender)
+        # The payload's `value` keeps the sender as it is; the subject takes a safe form of it.
+        return template.replace("%s", self.event).replace("%v", subject_tokens(self.sender))
 
     def payload(self, p: SamplingParams) -> bytes:
         return json.dumps(
