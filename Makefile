@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: install
-	$(BIN)/pytest -q -ra tests
+	$(BIN)/pytest -q -ra --durations=15 tests
 
 test-unit: install
 	$(BIN)/pytest -q tests/unit

@@ -54,8 +54,8 @@ class Runner:
         self._batches_at_start: dict[str, int] = {}
         # Streams waiting to be started again, with when.
         self._retries: dict[str, _Retry] = {}
-        # The highest source sequence in the target when a stream last failed.
-        self._floor_at_failure: dict[str, int] = {}
+        # Copies a stream's sink had landed when it last failed.
+        self._landed_at_failure: dict[str, int] = {}
         for r in self.replications:
             self.readiness.set(r.label, StreamState.STARTING)
         # Set by `stream-replicator jvm-archive`: the JVM dumps its loaded classes when it ends.
@@ -165,10 +165,11 @@ class Runner:
         stopped answering meanwhile. Other streams are supervised while it waits."""
         self.readiness.set(r.label, StreamState.RETRYING)
         if r.sink is not None:
-            # Copies landed since the last failure (a catch-up that got far): a fresh fault.
-            if r.sink.floor > self._floor_at_failure.get(r.label, -1):
+            # Copies landed since the last failure (even in a batch that then failed): this is
+            # a fresh fault, not the same one again.
+            if r.sink.landed > self._landed_at_failure.get(r.label, -1):
                 self.backoff[r.label].reset()
-            self._floor_at_failure[r.label] = r.sink.floor
+            self._landed_at_failure[r.label] = r.sink.landed
         wait = self.backoff[r.label].next_wait()
         r.log.info("retrying from the checkpoint in %.0fs", wait)
         # Servers not answering now (a link down, a restart) are retried the moment they do.

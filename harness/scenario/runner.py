@@ -270,8 +270,17 @@ def _outages(rep: ReplicatorProcess, p: ProcessSpec, t0: float, speedup: float, 
     for o in sorted(p.down, key=lambda o: o.at):
         begin, end = o.at / speedup, (o.at + o.duration) / speedup
         time.sleep(max(0.0, begin - (time.monotonic() - t0)))
-        log.info("%s: stopping replicator %s for %.1fs", name, p.name, end - begin)
-        rep.stop()
+        log.info(
+            "%s: %s replicator %s for %.1fs",
+            name,
+            "kill -9 of" if o.kill else "stopping",
+            p.name,
+            end - begin,
+        )
+        if o.kill:
+            rep.kill9()
+        else:
+            rep.stop()
         time.sleep(max(0.0, end - (time.monotonic() - t0)))
         rep.start()
 

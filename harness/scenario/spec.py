@@ -43,6 +43,9 @@ class Topology(_Strict):
 class Outage(_Strict):
     at: Seconds
     duration: Seconds
+    kill: bool = False
+    """Ended by kill -9 of the replicator's process group (JVM and workers too), mid-batch
+    wherever it is, instead of a clean stop."""
 
 
 class SamplingSpec(_Strict):

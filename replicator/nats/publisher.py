@@ -93,6 +93,9 @@ class PipelinedPublisher:
         self.nc = nc
         self.stream = stream
         self.max_pending = max_pending
+        # Messages the target stored through this publisher, failed batches included: copies
+        # landing again after a fault, for the runner's backoff.
+        self.landed = 0
         self._inbox = ""
         self._batch: _Batch | None = None
         self._generation = 0  # in every reply subject: a late ack of an earlier batch is ignored
@@ -162,4 +165,5 @@ class PipelinedPublisher:
             ) from None
         finally:
             self._batch = None
+            self.landed += batch.acked - len(batch.outcome.failures)
         return batch.outcome

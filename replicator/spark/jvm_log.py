@@ -43,6 +43,9 @@ _BATCH_FAILED = re.compile(
 )
 
 
+_QUERY_THREAD_DIED = 'Exception in thread "stream execution thread'
+
+
 class JvmOutput:
     """Classifies the JVM's lines one after another: a stack trace that follows a record being
     dropped is dropped with it."""
@@ -54,6 +57,12 @@ class JvmOutput:
     def classify(self, line: str) -> tuple[int, str] | None:
         out = classify(line, self.quiet)
         if out is None or not self.quiet:
+            return out
+        if line.startswith(_QUERY_THREAD_DIED):
+            # Seen once when a query was stopped under a failing batch (a StackOverflowError in
+            # Spark's regex code, a thousand frames deep): the runner restarts the query; the
+            # one line says what happened, the frames are left to debug.
+            self._dropping = True
             return out
         if _LOG4J_LINE.match(line.rstrip("\r\n")):
             self._dropping = bool(_BATCH_FAILED.search(line))

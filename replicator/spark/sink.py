@@ -109,6 +109,7 @@ class OrderedSink:
         self.floor = floor
         self._nc: ReplicatorClient | None = None
         self._publisher: PipelinedPublisher | None = None
+        self._landed_before = 0  # what publishers dropped since had landed
         self._limits = TargetLimits(None, 0, ())
         self._covered = subjects_matcher([])
         # Whether others publish to the target too: then copies are not chained (see
@@ -125,6 +126,16 @@ class OrderedSink:
                 self.settings.target_url, self.settings.tls, name=f"sr-target-{self.settings.config_name}"
             )
         return self._nc
+
+    @property
+    def landed(self) -> int:
+        """Copies the target stored since this sink started, failed batches included."""
+        return self._landed_before + (self._publisher.landed if self._publisher else 0)
+
+    def _drop_publisher(self) -> None:
+        if self._publisher is not None:
+            self._landed_before += self._publisher.landed
+        self._publisher = None
 
     async def target_answers(self) -> bool:
         """Whether the target stream can be looked up now (connecting if need be)."""
@@ -248,10 +259,10 @@ class OrderedSink:
         except PublishError:
             # The next attempt reads the target's limits and tail again: the operator may have
             # changed the stream meanwhile.
-            self._publisher = None
+            self._drop_publisher()
             raise
         except Exception as e:
-            self._publisher = None
+            self._drop_publisher()
             raise PublishError(
                 f"publishing to target stream {self.settings.target_stream} failed: {e!r}; the batch will be retried"
             ) from e
@@ -262,6 +273,7 @@ class OrderedSink:
         nc = await self._conn()
         s = self.settings
         if self._publisher is None or self._publisher.nc is not nc:
+            self._drop_publisher()
             self._publisher = PipelinedPublisher(nc, s.target_stream, s.max_pending)
             self._last_id = None
             self._limits = await target_limits(nc, s.target_stream)

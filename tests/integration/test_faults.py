@@ -120,17 +120,17 @@ def source_trio() -> Iterator[NatsCluster]:
         yield c
 
 
-def test_target_link_cut_for_60s_half_open_and_slow(
+def test_target_unreachable_for_60s_half_open_restarted_and_slow(
     source: NatsCluster, target: NatsCluster, tmp_path: Path
 ) -> None:
     run(_create_source(source.url))
     with FaultProxy(_port(target.url)) as link:
-        with LivePublisher(source.url):
-            cfg = write_config(tmp_path / "sr.yaml", "dc1", [
-                {"stream": "REG", "source_url": source.url, "target_url": link.url},
-            ])  # fmt: skip
-            rep = start_replicator(cfg)
-            try:
+        cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+            {"stream": "REG", "source_url": source.url, "target_url": link.url},
+        ])  # fmt: skip
+        rep = start_replicator(cfg)
+        try:
+            with LivePublisher(source.url):
 
                 def copies() -> int:
                     return int(run(count(target.url, "REG")))
@@ -146,13 +146,14 @@ def test_target_link_cut_for_60s_half_open_and_slow(
                 link.restore()
                 _recovery("half-open target link for 10 s", copies, rep)
 
+                target.servers[0].stop()  # the target server restarted
+                time.sleep(3)
+                target.servers[0].start()
+                _recovery("target server restarted", copies, rep)
+
                 link.latency = 0.02  # a 40 ms round trip, 2 MB/s, from here on
                 link.bandwidth = 2_000_000
                 time.sleep(5)
-            except BaseException:
-                rep.stop()
-                raise
-        try:
             _finish_and_check(source.url, target.url, rep)
         finally:
             assert rep.stop() == 0, rep.output()
@@ -160,71 +161,45 @@ def test_target_link_cut_for_60s_half_open_and_slow(
     assert "Traceback" not in log, log
 
 
-def test_source_link_cut_and_servers_restarted(
-    source: NatsCluster, target: NatsCluster, tmp_path: Path
+def test_source_links_cut_and_the_streams_leader_lost(
+    source_trio: NatsCluster, target: NatsCluster, tmp_path: Path
 ) -> None:
-    run(_create_source(source.url))
-    with FaultProxy(_port(source.url)) as link:
+    """A 3-node source cluster (R3 stream) behind a proxy per node: every link cut, then the
+    server leading the stream stopped and started again."""
+    run(_create_source(source_trio.url, replicas=3))
+    links = [FaultProxy(s.port).start() for s in source_trio.servers]
+    try:
+        url = ",".join(link.url for link in links)
         cfg = write_config(tmp_path / "sr.yaml", "dc1", [
-            {"stream": "REG", "source_url": link.url, "target_url": target.url},
+            {"stream": "REG", "source_url": url, "target_url": target.url},
         ])  # fmt: skip
         rep = start_replicator(cfg)
         try:
-            with LivePublisher(source.url):
+            with LivePublisher(source_trio.url):
 
                 def copies() -> int:
                     return int(run(count(target.url, "REG")))
 
                 wait_for(lambda: copies() >= 1000, 120, "the first copies", rep)
-                link.cut()
+                for link in links:
+                    link.cut()
                 time.sleep(5)
-                link.restore()
-                _recovery("source link cut for 5 s", copies, rep)
+                for link in links:
+                    link.restore()
+                _recovery("source links cut for 5 s", copies, rep)
 
-                source.servers[0].stop()  # the source server restarted mid-copy
+                leader = run(_stream_leader(source_trio.url))
+                server = next(s for s in source_trio.servers if s.name == leader)
+                server.stop()  # the cluster loses the stream's leader
+                _recovery(f"source stream leader {leader} stopped", copies, rep)
+                server.start()  # and the server comes back (a source server restarted)
                 time.sleep(3)
-                source.servers[0].start()
-                _recovery("source server restarted", copies, rep)
-
-                target.servers[0].stop()  # and the target's
-                time.sleep(3)
-                target.servers[0].start()
-                _recovery("target server restarted", copies, rep)
-            _finish_and_check(source.url, target.url, rep)
+            _finish_and_check(source_trio.url, target.url, rep)
         finally:
             assert rep.stop() == 0, rep.output()
-    log = rep.output(10**9)
-    assert "Traceback" not in log, log
-
-
-def test_a_source_cluster_losing_the_streams_leader(
-    source_trio: NatsCluster, target: NatsCluster, tmp_path: Path
-) -> None:
-    run(_create_source(source_trio.url, replicas=3))
-    with LivePublisher(source_trio.url):
-        cfg = write_config(tmp_path / "sr.yaml", "dc1", [
-            {"stream": "REG", "source_url": source_trio.url, "target_url": target.url},
-        ])  # fmt: skip
-        rep = start_replicator(cfg)
-        try:
-
-            def copies() -> int:
-                return int(run(count(target.url, "REG")))
-
-            wait_for(lambda: copies() >= 1000, 120, "the first copies", rep)
-            leader = run(_stream_leader(source_trio.url))
-            server = next(s for s in source_trio.servers if s.name == leader)
-            server.stop()
-            _recovery(f"source stream leader {leader} stopped", copies, rep)
-            server.start()
-            time.sleep(3)
-        except BaseException:
-            rep.stop()
-            raise
-    try:
-        _finish_and_check(source_trio.url, target.url, rep)
     finally:
-        assert rep.stop() == 0, rep.output()
+        for link in links:
+            link.stop()
     assert "Traceback" not in rep.output(10**9)
 
 

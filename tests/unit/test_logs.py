@@ -123,3 +123,14 @@ def test_a_failed_batchs_stack_trace_is_left_to_debug_other_traces_are_shown() -
     assert quiet.classify(task) == (logging.DEBUG, "Executor: Exception in task 0.0 in stage 3.0 (TID 3)")
     loud = JvmOutput(quiet=False)
     assert all(loud.classify(line) is not None for line in failed)
+
+
+def test_a_query_threads_death_is_one_line_unless_debugging() -> None:
+    died = (
+        'Exception in thread "stream execution thread for sr_REG_dc1 [id = 88]" java.lang.StackOverflowError'
+    )
+    frame = "\tat java.base/java.util.regex.Pattern$Loop.match(Pattern.java:4898)"
+    quiet = JvmOutput(quiet=True)
+    assert quiet.classify(died) == (logging.WARNING, died)
+    assert [quiet.classify(frame) for _ in range(3)] == [None, None, None]
+    assert JvmOutput(quiet=False).classify(frame) == (logging.WARNING, frame)
