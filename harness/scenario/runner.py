@@ -282,7 +282,9 @@ def _outages(rep: ReplicatorProcess, p: ProcessSpec, t0: float, speedup: float, 
         else:
             rep.stop()
         time.sleep(max(0.0, end - (time.monotonic() - t0)))
-        rep.start()
+        # After a kill the next one comes on the scenario's clock, wherever the new process
+        # is by then (starting, planning, mid-batch): that is the point of killing it.
+        rep.start(wait=not o.kill)
 
 
 def _settle(spec: ScenarioSpec, hops: list[HopRef]) -> dict[str, tuple[Truth, int]]:

@@ -96,7 +96,6 @@ class OrderedSink:
         loop: LoopThread,
         floor: int = 0,
         inflight: InflightRecord | None = None,
-        shared_target: bool = False,
     ) -> None:
         self.settings = settings
         self.loop = loop
@@ -114,7 +113,7 @@ class OrderedSink:
         self._covered = subjects_matcher([])
         # Whether others publish to the target too: then copies are not chained (see
         # EXPECTED_LAST_MSG_ID); found out when a chain breaks on someone else's message.
-        self.shared_target = shared_target or not settings.chain
+        self.shared_target = not settings.chain
         self._last_id: str | None = None  # Nats-Msg-Id of the target's last message; None: ask it
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
         self.totals = BatchResult()
