@@ -106,13 +106,14 @@ async def target_limits(nc: ReplicatorClient, stream: str) -> TargetLimits:
     return TargetLimits(size, nc.max_payload, tuple(cfg.subjects or ()) if cfg is not None else ())
 
 
-async def last_message(nc: ReplicatorClient, stream: str, direct: bool) -> RawMessage | None:
-    """The stream's last message (None when it holds none)."""
-    info = await stream_info(nc, stream)
-    if info is None or info.state.messages == 0:
+async def last_message(nc: ReplicatorClient, info: StreamInfo) -> RawMessage | None:
+    """The last message of the stream `info` describes (None when it holds none)."""
+    if info.state.messages == 0:
         return None
     last = info.state.last_seq
-    async for chunk in read_chunks(nc, stream, last, last + 1, direct=direct):
+    async for chunk in read_chunks(
+        nc, info.config.name or "", last, last + 1, direct=bool(info.config.allow_direct)
+    ):
         return chunk[-1]
     return None
 

@@ -297,7 +297,7 @@ class OrderedSink:
         line = b"%s%s: %s\r\n%s: %s\r\n"
         src_name, id_name = SOURCE_HEADER.encode(), MSG_ID_HEADER.encode()
         held: list[str] = []  # why publishing stopped before a row, if it did
-        ids: list[str] = []  # the Nats-Msg-Id of each row published in this attempt
+        last_id = [""]  # the Nats-Msg-Id of the last row published in this attempt
 
         def messages(start: int, chain: str | None) -> Iterator[tuple[str, bytes, bytes]]:
             prev = chain
@@ -333,7 +333,7 @@ class OrderedSink:
                         "to the stream's subjects or set target_subject_prefix/target_subject_remove"
                     )
                     return
-                ids.append(msg_id)
+                last_id[0] = msg_id
                 if chain is not None:
                     prev = msg_id
                 yield subject, data, lines
@@ -346,7 +346,7 @@ class OrderedSink:
                 start += 1  # already in the target (its tail said so)
             chain = None if self.shared_target else self._last_id
             self._last_id = None  # unknown until this attempt is settled
-            ids.clear()
+            last_id[0] = ""
             outcome = await publisher.publish(
                 messages(start, chain), s.ack_timeout + (len(seqs) - start) / 1000
             )
@@ -356,8 +356,8 @@ class OrderedSink:
             if stored:
                 self.floor = max(self.floor, seqs[start + stored - 1])
             if first is None:
-                if chain is not None and ids and not outcome.duplicates:
-                    self._last_id = ids[-1]
+                if chain is not None and last_id[0] and not outcome.duplicates:
+                    self._last_id = last_id[0]
                 if held:
                     raise PublishError(f"{held[0]}; nothing after it is copied until then")
                 outcome.duplicates = duplicates
@@ -391,7 +391,7 @@ class OrderedSink:
             raise PublishError(f"target stream {s.target_stream} does not exist (deleted while copying?)")
         if info.state.messages == 0:
             return "", True
-        last = await last_message(nc, s.target_stream, bool(info.config.allow_direct))
+        last = await last_message(nc, info)
         if last is None:
             return "", True
         mark = parse_source_header(first_value(last.headers, SOURCE_HEADER))
