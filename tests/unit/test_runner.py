@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from replicator.runner import _first_line
+import time
+
+from replicator.runner import Runner, _first_line
 
 
 def test_a_failed_batch_is_reported_by_its_python_reason_not_sparks_wrapper() -> None:
@@ -36,3 +38,58 @@ def test_a_java_error_is_reported_by_its_exception_not_py4js_call_line() -> None
     assert _first_line(py4j_style) == (
         'IOException: Cannot run program "./environment/bin/python": error=2, No such file'
     )
+
+
+class _Stream:
+    """What the runner's retry logic asks of a stream: its name, its sink's landed copies, and
+    whether its servers answer (scripted)."""
+
+    def __init__(self, answers: list[bool]) -> None:
+        import logging
+        from types import SimpleNamespace
+
+        self.label = "S/dc1"
+        self.log = logging.getLogger("test")
+        self.sink = SimpleNamespace(landed=0)
+        self.answers = answers
+
+    def servers_answer(self) -> bool:
+        return self.answers.pop(0) if self.answers else True
+
+
+def _runner() -> tuple[Runner, list[str]]:
+    from replicator.backoff import Backoff
+    from replicator.monitor import Readiness
+
+    runner = Runner.__new__(Runner)  # the retry logic only: no Spark, no servers
+    runner._retries, runner._landed_at_failure = {}, {}
+    runner.readiness = Readiness()
+    runner.backoff = {"S/dc1": Backoff()}
+    started: list[str] = []
+    runner._start = lambda r: started.append(r.label)  # type: ignore[method-assign]
+    return runner, started
+
+
+def test_a_retry_whose_servers_come_back_starts_at_once_not_after_its_backoff() -> None:
+    runner, started = _runner()
+    for _ in range(5):
+        runner.backoff["S/dc1"].next_wait()  # a long outage: the next wait is long,
+    runner._landed_at_failure["S/dc1"] = 0  # and nothing landed since the last failure
+    stream = _Stream([False, False, True])  # down when it failed, down once more, then back
+    runner._schedule_retry(stream)  # type: ignore[arg-type]
+    assert runner._retries["S/dc1"].due - time.monotonic() > 5
+    runner._retry_when_due(stream)  # type: ignore[arg-type]
+    assert started == []
+    runner._retry_when_due(stream)  # type: ignore[arg-type]
+    assert started == ["S/dc1"] and "S/dc1" not in runner._retries
+
+
+def test_a_refusal_with_servers_answering_waits_out_its_backoff() -> None:
+    runner, started = _runner()
+    stream = _Stream([])  # the servers answer all along: the target refused, say
+    runner._schedule_retry(stream)  # type: ignore[arg-type]
+    runner._retry_when_due(stream)  # type: ignore[arg-type]
+    assert started == []
+    runner._retries["S/dc1"].due = time.monotonic()
+    runner._retry_when_due(stream)  # type: ignore[arg-type]
+    assert started == ["S/dc1"]
