@@ -20,8 +20,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m harness jvm-archive || echo "warning: no JVM class archive; Spark starts ~4 s slower"
 	touch $(STAMP)
 
+# Most integration tests wait on servers and Spark rather than use the CPU: TEST_WORKERS of them run
+# side by side (one test file per worker; TEST_WORKERS=0 runs them one at a time).
+TEST_WORKERS ?= 3
+
 test: install
-	$(BIN)/pytest -q -ra --durations=15 tests
+	$(BIN)/pytest -q -ra --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) tests
 
 test-unit: install
 	$(BIN)/pytest -q tests/unit

@@ -96,6 +96,11 @@ class ReaderOptions:
     # While this file exists the source admits no new data, so the running batch is the last
     # one: how the replicator stops a query without interrupting a batch.
     stop_file: str = ""
+    # Where the query's first offset is kept once chosen. Spark asks for it again when the
+    # first batch is replayed (its commit lost to a crash or a full disk), and by then the
+    # configured start and min_start_sequence may give another one: a sampled stream's state
+    # would then miss the messages it had read.
+    initial_offset_file: str = ""
 
     def __post_init__(self) -> None:
         for name in ("url", "stream"):
@@ -114,6 +119,7 @@ class ReaderOptions:
         min_start_sequence: int = 0,
         start_time: datetime | None = None,
         stop_file: str = "",
+        initial_offset_file: str = "",
     ) -> ReaderOptions:
         """A stream entry's options. `start_time`: where a new copy starts when the entry sets
         `start_time` or `start_delta` (resolved by the caller, once, at start)."""
@@ -140,6 +146,7 @@ class ReaderOptions:
             tls=TLSFiles(tls.ca, tls.cert, tls.key) if tls is not None and tls.enabled else None,
             sampling=sampling,
             stop_file=stop_file,
+            initial_offset_file=initial_offset_file,
         )
 
     def to_spark(self) -> dict[str, str]:

@@ -50,6 +50,11 @@ def checkpoint_dir(cfg: Config, s: StreamConfig) -> Path:
     return entry_dir(cfg, s) / "checkpoint"
 
 
+def initial_offset_path(cfg: Config, s: StreamConfig) -> Path:
+    """Inside the checkpoint: removing the checkpoint (to copy again) removes it too."""
+    return checkpoint_dir(cfg, s) / "sr-initial-offset.json"
+
+
 def inflight_path(cfg: Config, s: StreamConfig) -> Path:
     return entry_dir(cfg, s) / "inflight.json"
 
@@ -172,7 +177,8 @@ class StreamReplication:
         floor = self.sink.floor if self.sink else 0
         return ReaderOptions.from_config(self.s, min_start_sequence=floor + 1 if floor else 0,
                                          start_time=self._start_time,
-                                         stop_file=str(stopping_path(self.cfg, self.s)))  # fmt: skip
+                                         stop_file=str(stopping_path(self.cfg, self.s)),
+                                         initial_offset_file=str(initial_offset_path(self.cfg, self.s)))  # fmt: skip
 
     def catch_up(self) -> None:
         """Publish what an earlier run left in flight (see replicator.spark.inflight) before the

@@ -18,7 +18,7 @@ from replicator.config import Config, StreamConfig
 from replicator.metrics import metrics
 from replicator.monitor import Readiness, StreamState, serve
 from replicator.progress import PROGRESS_INTERVAL_S, Progress
-from replicator.replication import StreamReplication
+from replicator.replication import StreamReplication, entry_dir
 from replicator.spark.planners import SOURCE_CREATION_MODULES, release_idle_planners
 from replicator.spark.session import build_session
 from replicator.spark.warmup import warm_task_workers
@@ -145,13 +145,13 @@ class Runner:
         if q is not None and q.isActive and published is not None:
             # A batch Spark already committed could not be published: stop reading, publish it
             # again (catch_up) and resume, as for a failed batch.
-            r.log.error("publishing a batch failed (%s)", _first_line(published))
+            r.log.error("publishing a batch failed (%s)%s", _first_line(published), _hint(published, r))
             q.stop()
             r.query = None
         elif q is None or not q.isActive:
             err = q.exception() if q is not None else None
             if q is not None:
-                r.log.error("batch failed (%s)", _first_line(err) if err else "stopped")
+                r.log.error("batch failed (%s)%s", _first_line(err) if err else "stopped", _hint(err, r))
             r.query = None
         else:
             if r.sink.batches > self._batches_at_start.get(r.label, 0):
@@ -213,7 +213,7 @@ class Runner:
         try:
             r.start(self.spark)
         except Exception as e:
-            r.log.error("could not start (%s)", _first_line(e))
+            r.log.error("could not start (%s)%s", _first_line(e), _hint(e, r))
             r.query = None
             self._schedule_retry(r)
         else:
@@ -255,14 +255,57 @@ class _Retry:
     servers_were_down: bool = False
 
 
-_PYTHON_ERROR_LINE = re.compile(r"^(?:: )?(?:[\w.]+\.)?(\w+(?:Error|Exception)|UnexpectedEOF): (.+)$")
+_ERROR_LINE = re.compile(r"^(?:: |Caused by: )?(?:[\w.$]+\.)?(\w+(?:Error|Exception)|UnexpectedEOF): (.+)$")
+_CAUSES_AT_MOST = 20
 
 
 def _first_line(e: BaseException) -> str:
-    """One line saying what went wrong. A failed batch's error is Spark's wrapper around a Python
-    traceback: the last `SomeError: message` line in it is the reason."""
-    lines = [line.strip() for line in str(e).strip().splitlines()]
-    reasons = [m for m in map(_PYTHON_ERROR_LINE.match, lines) if m]
+    """One line saying what went wrong. A failed batch's error is Spark's wrapper (say "Exception
+    thrown in awaitResult") around a Java cause or a Python traceback: the innermost
+    `SomeError: message` line in the chain of causes is the reason."""
+    lines = [line.strip() for text in _error_texts(e) for line in text.strip().splitlines()]
+    reasons = [m for m in map(_ERROR_LINE.match, lines) if m]
     if reasons:
         return f"{reasons[-1].group(1)}: {reasons[-1].group(2)}"
     return (lines or [type(e).__name__])[0]
+
+
+# Below this much free space, a "no space left" error is blamed on the state store's filesystem.
+_STATE_STORE_NEARLY_FULL = 16 * 1024 * 1024
+
+
+def _hint(e: BaseException | None, r: StreamReplication) -> str:
+    """What to do about an error the user can fix on this machine (a full disk); else nothing."""
+    if e is None or not any("No space left on device" in t for t in _error_texts(e)):
+        return ""
+    where = entry_dir(r.cfg, r.s)
+    try:
+        st = os.statvfs(where if where.exists() else r.cfg.state_store)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = 0
+    if free < _STATE_STORE_NEARLY_FULL:
+        return (
+            f": the state store's filesystem is full ({where}, {free // 1024:,} KiB free): free space "
+            "there or move state_store; the replicator retries and continues where it stopped"
+        )
+    return (
+        ": a disk Spark writes to is full (its local directory, spark.local.dir, else /tmp): free "
+        "space there; the replicator retries and continues where it stopped"
+    )
+
+
+def _error_texts(e: BaseException) -> list[str]:
+    """The texts of `e` and its causes, outermost first. PySpark's captured exceptions keep the
+    JVM's cause in `_cause` (its stack trace, with its own "Caused by:" lines, in `_stackTrace`)."""
+    texts = [str(getattr(e, "_desc", None) or e)]
+    link: object = e
+    for _ in range(_CAUSES_AT_MOST):
+        trace = getattr(link, "_stackTrace", None)
+        if isinstance(trace, str):
+            texts.append("\n".join(ln for ln in trace.splitlines() if not ln.lstrip().startswith("at ")))
+        link = getattr(link, "_cause", None)
+        if link is None:
+            break
+        texts.append(str(getattr(link, "_desc", None) or ""))
+    return texts

@@ -25,6 +25,7 @@ clock.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -146,9 +147,13 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return parse_nats_url(self.o.url).redacted()
 
     def initialOffset(self) -> dict:
+        saved = read_initial_offset(self.o.initial_offset_file)
+        if saved is not None:
+            return saved  # the first batch replayed: from where it first started
         start: dict[str, int] = {"seq": max(self._configured_start(), self.o.min_start_sequence)}
         if self.o.sampling:
             start["clock"] = 0
+        write_initial_offset(self.o.initial_offset_file, start)
         return start
 
     def _configured_start(self) -> int:
@@ -250,6 +255,38 @@ class NatsJetStreamReader(DataSourceStreamReader):
             self._loop.stop()
         self._nc = None
         self._loop = None
+
+
+def read_initial_offset(path: str) -> dict | None:
+    """The first offset a query chose, kept at `path`; None before it chose one."""
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            offset = json.load(f)
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise RuntimeError(
+            f"nats-jetstream: the first offset kept in {path} is unreadable ({e}); remove the "
+            "checkpoint directory it is in to copy the stream again from the target's last message"
+        ) from None
+    if not isinstance(offset, dict) or not isinstance(offset.get("seq"), int):
+        raise RuntimeError(f"nats-jetstream: the first offset kept in {path} is not an offset: {offset!r}")
+    return offset
+
+
+def write_initial_offset(path: str, offset: dict) -> None:
+    """Keep `offset` at `path` (atomically: a reader sees no file or the whole offset)."""
+    if not path:
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(offset, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 class NatsJetStreamDataSource(DataSource):

@@ -9,20 +9,25 @@ localnats) rather than the shared fixture's containers; the links go through the
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import nats
 import pytest
-from helpers import registration, run, start_replicator, wait_for, write_config
+from helpers import create_stream, registration, run, start_replicator, wait_for, write_config
 from nats.js.api import StreamConfig
 
 from harness.faultproxy import FaultProxy
 from harness.localnats import NatsCluster, local_cluster
 from harness.streams import copy_differences
 from harness.streams import count_messages as count
+
+from .test_sampling import SUBJECTS, by_sender_field, expected, fleet_file, got, params, sampling_stream
 
 pytestmark = pytest.mark.integration
 
@@ -211,3 +216,60 @@ async def _stream_leader(url: str) -> str:
         return info.cluster.leader
     finally:
         await nc.close()
+
+
+def test_a_sampled_stream_through_cuts_a_half_open_link_and_restarts_copies_and_advises_once(
+    source: NatsCluster, target: NatsCluster, tmp_path: Path
+) -> None:
+    """Sampling and advisories across faults on both sides while a fleet publishes: every copy
+    and every advisory exactly as the rules give them, none lost, none twice."""
+    src, dst = source.url, target.url
+    run(create_stream(src, "REG", SUBJECTS))
+    run(create_stream(src, "ADV", ["choria.adv.>"]))
+    scenario = fleet_file(
+        tmp_path / "fleet.yaml",
+        "4h",  # 24 s of publishing at 600x
+        [
+            {"type": "down", "at": "40m", "duration": "40m", "count": 10},  # timeout, recover
+            {"type": "down", "at": "60m", "duration": "100m", "count": 6},  # timeout, expire, new
+            {"type": "metadata", "at": "90m", "bytes": 600, "count": 10},  # size trigger
+        ],
+    )
+    with FaultProxy(_port(src)) as src_link, FaultProxy(_port(dst)) as dst_link:
+        cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src_link.url, dst_link.url)])
+        rep = start_replicator(cfg)
+        try:
+            rep.wait_ready(120)
+            fleet = subprocess.Popen(
+                [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(scenario), "--url", src],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            time.sleep(3)
+            dst_link.cut()  # the target unreachable
+            time.sleep(4)
+            dst_link.restore()
+            time.sleep(2)
+            src_link.half_open()  # the source link goes silent
+            time.sleep(4)
+            src_link.restore()
+            time.sleep(2)
+            target.servers[0].stop()  # the target server restarted
+            time.sleep(2)
+            target.servers[0].start()
+            time.sleep(2)
+            source.servers[0].stop()  # the source server restarted (the fleet rides it out)
+            time.sleep(2)
+            source.servers[0].start()
+            assert fleet.wait(180) == 0, fleet.stderr.read() if fleet.stderr else ""
+            want_copied, want_advs = expected(src, "REG", by_sender_field, params())
+            wait_for(lambda: run(count(src, "ADV")) >= len(want_advs), 120, "every advisory", rep)
+            wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "every copy", rep)
+            time.sleep(2)  # nothing more may arrive
+        finally:
+            assert rep.stop() == 0, rep.output()
+    copied_seqs, advs, docs = got(src, dst, "REG", "ADV", "dc1")
+    assert copied_seqs == want_copied
+    assert advs == want_advs
+    events = Counter(e for _, e, _ in advs)
+    assert events["recover"] >= 10 and events["expire"] >= 6
+    assert len({d["event_id"] for d in docs}) == len(docs)

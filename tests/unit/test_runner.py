@@ -40,6 +40,38 @@ def test_a_java_error_is_reported_by_its_exception_not_py4js_call_line() -> None
     )
 
 
+class _Captured(Exception):
+    """PySpark's captured JVM exception as the runner sees it: a message, the JVM's stack trace
+    (its causes as "Caused by:" lines) and the cause, captured the same way."""
+
+    def __init__(self, desc: str, stack: str, cause: _Captured | None = None) -> None:
+        super().__init__(desc)
+        self._desc, self._stackTrace, self._cause = desc, stack, cause
+
+
+def test_a_java_error_is_reported_by_its_innermost_cause_not_sparks_wrapper() -> None:
+    full_disk = _Captured(
+        "Exception thrown in awaitResult:",
+        "\tat org.apache.spark.util.SparkThreadUtils$.awaitResult(SparkThreadUtils.scala:53)",
+        _Captured(
+            "Job aborted due to stage failure",
+            "org.apache.spark.SparkException: Job aborted due to stage failure\n"
+            "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:2935)\n"
+            "Caused by: java.io.IOException: No space left on device\n"
+            "\tat java.base/java.io.FileOutputStream.writeBytes(Native Method)\n",
+        ),
+    )
+    assert _first_line(full_disk) == "IOException: No space left on device"
+    python_inside = _Captured(
+        "Job aborted",
+        "Caused by: org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "sink.py", line 3, in f\n'
+        "replicator.nats.publisher.PublishError: 3 of 9 messages were not stored\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException(PythonRunner.scala:1)",
+    )
+    assert _first_line(python_inside) == "PublishError: 3 of 9 messages were not stored"
+
+
 class _Stream:
     """What the runner's retry logic asks of a stream: its name, its sink's landed copies, and
     whether its servers answer (scripted)."""

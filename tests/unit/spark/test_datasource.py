@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replicator.spark.datasource import BatchRamp, split_range
+from replicator.options import ReaderOptions
+from replicator.spark.datasource import (
+    BatchRamp,
+    NatsJetStreamReader,
+    read_initial_offset,
+    split_range,
+    write_initial_offset,
+)
 
 
 def test_batches_start_small_and_double_with_every_full_batch_up_to_the_cap() -> None:
@@ -39,3 +48,18 @@ def test_split_range_covers_in_order(start: int, n: int, par: int, min_size: int
         return
     assert covered[0][0] == start and covered[-1][1] == start + n
     assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+
+
+def test_a_replayed_first_batch_starts_where_it_first_started(tmp_path: Path) -> None:
+    """Spark asks for the first offset again when the first batch is replayed (its commit lost
+    to a crash or a full disk). By then the target's copy has moved the start floor; the kept
+    offset wins, so a sampled stream's state sees every message it had read."""
+    kept = tmp_path / "checkpoint" / "sr-initial-offset.json"
+    write_initial_offset(str(kept), {"seq": 1, "clock": 0})
+    replay = ReaderOptions(url="nats://127.0.0.1:1", stream="REG", min_start_sequence=401,
+                           initial_offset_file=str(kept))  # fmt: skip
+    assert NatsJetStreamReader(replay).initialOffset() == {"seq": 1, "clock": 0}  # asks no server
+    assert read_initial_offset(str(tmp_path / "none.json")) is None
+    kept.write_text("{not json")
+    with pytest.raises(RuntimeError, match="remove the checkpoint directory"):
+        read_initial_offset(str(kept))
