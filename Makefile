@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 
 # Most integration tests wait on servers and Spark rather than use the CPU: TEST_WORKERS of them run
 # side by side (one test file per worker; TEST_WORKERS=0 runs them one at a time).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 
 test: install
 	$(BIN)/pytest -q -ra --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) tests

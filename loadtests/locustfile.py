@@ -22,7 +22,7 @@ import gevent
 from locust import User, constant_pacing, events, task
 from locust.env import Environment
 from locust.exception import StopUser
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from harness.scrape import scrape
 from loadtests.natsbridge import AsyncioBridge, Interrupted
@@ -147,11 +147,25 @@ def _watch_replicator(environment: Environment, url: str, every: float = 2.0) ->
             gevent.sleep(every)
 
 
+def _quit_when_users_stopped(environment: Environment) -> None:
+    """End a local run as soon as every user has stopped by itself after PUBLISH_SECONDS, so
+    locust never has to kill a user whose publish is in flight (--run-time is the backstop)."""
+    gevent.sleep(max(0.0, _publish_until - time.time()))
+    deadline = time.time() + PUBLISH_TIMEOUT + 300.0 / SPEEDUP + 30
+    runner = environment.runner
+    while runner is not None and runner.user_count > 0 and time.time() < deadline:
+        gevent.sleep(0.2)
+    if runner is not None:
+        runner.quit()
+
+
 @events.test_start.add_listener
 def _on_test_start(environment: Environment, **_: Any) -> None:
     global _publish_until
     if PUBLISH_SECONDS:
         _publish_until = time.time() + PUBLISH_SECONDS
+        if isinstance(environment.runner, LocalRunner):
+            gevent.spawn(_quit_when_users_stopped, environment)
     if METRICS_URL and not isinstance(environment.runner, WorkerRunner):
         gevent.spawn(_watch_replicator, environment, METRICS_URL)
 

@@ -11,7 +11,10 @@ sets through the hub's thread-safe callback, so waiting never blocks other users
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -43,7 +46,7 @@ class AsyncioBridge:
         """Run `coro` on the loop; the calling greenlet yields until it is done.
 
         If the greenlet is killed meanwhile (locust stopping a user), the request is already
-        on the wire: wait for its outcome natively, so the caller can still account for it,
+        on the wire: wait for its outcome, so the caller can still account for it,
         and raise `Interrupted` carrying it."""
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         done = gevent.event.Event()
@@ -52,17 +55,29 @@ class AsyncioBridge:
         try:
             finished = done.wait(timeout)
         except gevent.GreenletExit as stop:
-            try:
-                fut.result(timeout)
-                raise Interrupted(None) from stop
-            except Interrupted:
-                raise
-            except Exception as e:
-                raise Interrupted(e) from stop
+            raise Interrupted(self._outcome(fut, done, timeout)) from stop
         if not finished:
             fut.cancel()
             raise TimeoutError(f"no answer within {timeout}s")
         return fut.result()
+
+    @staticmethod
+    def _outcome(
+        fut: concurrent.futures.Future[Any], done: gevent.event.Event, timeout: float
+    ) -> Exception | None:
+        """The outcome of a request whose greenlet is being killed: wait for it on the gevent
+        event (a concurrent future's own wait is not safe across the loop thread under gevent),
+        through any further kill, so a publish the server stored is never left uncounted."""
+        deadline = time.monotonic() + timeout
+        while not done.is_set() and time.monotonic() < deadline:
+            with contextlib.suppress(gevent.GreenletExit):
+                done.wait(max(0.0, deadline - time.monotonic()))
+        if not done.is_set():
+            return TimeoutError(f"no answer within {timeout}s")
+        if fut.cancelled():
+            return TimeoutError("cancelled")
+        error = fut.exception()
+        return error if isinstance(error, Exception) or error is None else RuntimeError(repr(error))
 
 
 class Interrupted(gevent.GreenletExit):

@@ -113,7 +113,9 @@ def locust_publish_counts(prefix: Path) -> tuple[int, int, dict[str, str]]:
 
 def run_locust(source: str, metrics_url: str, prefix: Path, users: int, rate: float, duration: str) -> int:
     seconds = parse_duration(duration).total_seconds()
-    grace = 5  # users stop publishing at `seconds`; locust ends the run this much later
+    # Users stop publishing at `seconds` and locust quits once all have stopped; --run-time,
+    # this much later, is only the backstop.
+    grace = 60
     cmd = [
         sys.executable, "-m", "locust", "-f", str(HERE / "locustfile.py"), "--headless",
         "-u", str(users), "-r", str(rate), "--run-time", f"{int(seconds + grace)}s", "--stop-timeout", "10",
@@ -130,11 +132,11 @@ def run_locust(source: str, metrics_url: str, prefix: Path, users: int, rate: fl
     proc = subprocess.Popen(cmd, env=child_env, start_new_session=True)
     try:
         # --run-time bounds the run; SIGKILL is the backstop if locust ignores its own stop.
-        return proc.wait(seconds + 90)
+        return proc.wait(seconds + grace + 90)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        raise SystemExit("locust did not stop within its run time + 90s; killed") from None
+        raise SystemExit("locust did not stop within its run time + 90 s; killed") from None
 
 
 def main() -> int:
