@@ -169,6 +169,57 @@ def admin_state(
             typer.echo(line)
 
 
+@admin.command("election")
+def admin_election(config: ConfigOpt) -> None:
+    """Who leads each leader-elected stream entry now (the CHORIA_LEADER_ELECTION bucket)."""
+    import asyncio
+
+    from replicator.admin_nats import election_states, format_election
+
+    cfg = _load(config)
+    try:
+        states = asyncio.run(election_states(cfg))
+    except Exception as e:
+        _fail(f"admin election: {e}")
+        return
+    for line in format_election(states):
+        typer.echo(line)
+
+
+@admin.command("advisories")
+def admin_advisories(
+    stream: Annotated[str, typer.Argument(help="The stream that stores the advisories")],
+    value: Annotated[str | None, typer.Argument(help="Only advisories about this sender")] = None,
+    since: Annotated[str, typer.Option(help="How far back, a duration like 5m or 5h")] = "1m",
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new ones")] = False,
+    server: Annotated[
+        str, typer.Option(envvar="NATS_URL", help="NATS server URL(s), comma separated")
+    ] = "nats://127.0.0.1:4222",
+) -> None:
+    """Search the sampling advisories stored in a stream (io.choria.sr.v2.age_advisory)."""
+    import asyncio
+
+    from replicator.admin_nats import stored_advisories
+    from replicator.durations import parse_duration
+
+    try:
+        age = parse_duration(since)
+    except ValueError as e:
+        _fail(f"--since {since!r}: {e}")
+        return
+
+    async def show() -> None:
+        async for line in stored_advisories(server, stream, age, value, follow):
+            typer.echo(line)
+
+    try:
+        asyncio.run(show())
+    except KeyboardInterrupt:
+        pass
+    except Exception as e:
+        _fail(f"admin advisories: {e}")
+
+
 def main() -> None:
     app()
 

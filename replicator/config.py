@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from replicator.durations import parse_duration
+from replicator.election import election_key
 from replicator.options import (
     DEFAULT_COPY_BATCH,
     DEFAULT_SAMPLING_BATCH,
@@ -74,6 +75,68 @@ class AdvisoryConfig(_Strict):
         return v
 
 
+_CHORIA_CREDENTIALS = (
+    "Choria organisation credentials (seed_file, jwt_file, collective) are not supported: connect "
+    "with the NATS URL's own auth (user:password@, ?credentials=FILE, ?nkey=FILE) and tls; remove the key"
+)
+
+
+def _refuse_choria(v: Any) -> Any:
+    if v is not None:
+        raise ValueError(_CHORIA_CREDENTIALS)
+    return v
+
+
+class HeartbeatSubject(_Strict):
+    """A subject heartbeats go to, with its own interval and headers (over the shared ones)."""
+
+    subject: str
+    interval: Duration | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("subject")
+    @classmethod
+    def _subject(cls, v: str) -> str:
+        if not v or " " in v or "*" in v.split(".") or ">" in v.split("."):
+            raise ValueError(
+                f"{v!r} must be a NATS subject without wildcards, e.g. choria.node_metadata._monitor"
+            )
+        return v
+
+
+class HeartbeatConfig(_Strict):
+    """`heartbeats:` (Choria v0.8+): a timestamp published to each subject every interval, so
+    end-to-end latency can be watched on an idle stream."""
+
+    url: str
+    interval: Duration = timedelta(seconds=10)
+    leader_election: bool = False
+    headers: dict[str, str] = Field(default_factory=dict)
+    subjects: list[HeartbeatSubject] = Field(min_length=1)
+    tls: TLSConfig | None = None
+    choria: Any = None
+
+    @field_validator("choria")
+    @classmethod
+    def _no_choria(cls, v: Any) -> Any:
+        return _refuse_choria(v)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        from replicator.nats.urls import parse_nats_url
+
+        parse_nats_url(v)
+        return v
+
+    @model_validator(mode="after")
+    def _intervals(self) -> HeartbeatConfig:
+        for d in [self.interval, *(s.interval for s in self.subjects if s.interval is not None)]:
+            if d < timedelta(seconds=1):
+                raise ValueError("heartbeat intervals must be at least 1s")
+        return self
+
+
 class StreamConfig(_Strict):
     """One replicated stream (an entry of `streams:`)."""
 
@@ -104,6 +167,14 @@ class StreamConfig(_Strict):
     inspect_force_field: str = ""
     advisory: AdvisoryConfig | None = None
     leader_election_name: str = ""
+    # Choria keys whose job is done here another way (docs/configuration.md): this replicator
+    # keeps no consumer on the source, so `ephemeral` changes nothing; `target_initiated` reads
+    # further ahead, for a replicator placed near the target across a long link.
+    ephemeral: bool = False
+    target_initiated: bool = False
+    choria: Any = None
+    source_choria: Any = None
+    target_choria: Any = None
     # Extensions of this replicator (not in the Choria format).
     # Each copy names the one before it (Nats-Expected-Last-Msg-Id): strict order in the target
     # even when a publish fails mid-batch. Off for targets others write to (found out anyway).
@@ -115,6 +186,11 @@ class StreamConfig(_Strict):
     # Shuffle partitions of the sampled query (tasks that hold the buckets' state); fixed in the
     # checkpoint at its first batch. Default: one per 16 buckets.
     sampling_partitions: int | None = Field(default=None, ge=1, le=4096)
+
+    @field_validator("choria", "source_choria", "target_choria")
+    @classmethod
+    def _no_choria(cls, v: Any) -> Any:
+        return _refuse_choria(v)
 
     @field_validator("stream", "target_stream")
     @classmethod
@@ -209,11 +285,6 @@ class StreamConfig(_Strict):
                 f"sampling_partitions ({self.sampling_partitions}) must not exceed sampling_buckets "
                 f"({self.sampling_buckets}): a partition without a bucket does nothing"
             )
-        if self.leader_election_name:
-            raise ValueError(
-                "leader_election_name is not supported: run one replicator per stream "
-                "(Spark's checkpoint keeps a single writer); remove the key"
-            )
         return self
 
     @property
@@ -235,9 +306,18 @@ class Config(_Strict):
     # Extension: one JSON object a line for log shippers.
     log_format: Literal["text", "json"] = "text"
     tls: TLSConfig | None = None
+    heartbeats: HeartbeatConfig | None = None
+    # Go's pprof endpoints; here: Spark's web UI (port 4040 and up) for the jobs and their timings.
+    profiling: bool = False
+    choria: Any = None
     # Extensions: where the Spark job runs, and extra Spark settings.
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("choria")
+    @classmethod
+    def _no_choria(cls, v: Any) -> Any:
+        return _refuse_choria(v)
 
     @field_validator("monitor_address")
     @classmethod
@@ -261,6 +341,7 @@ class Config(_Strict):
     @model_validator(mode="after")
     def _defaults(self) -> Config:
         seen: set[tuple[str, str]] = set()
+        elections: dict[str, str] = {}  # leader election key -> the entry using it
         for s in self.streams:
             if not s.name:
                 s.name = self.name
@@ -279,6 +360,14 @@ class Config(_Strict):
                     "give each entry its own name"
                 )
             seen.add(key)
+            if s.leader_election_name:
+                ekey = election_key(s.name, s.stream)
+                if ekey in elections:
+                    raise ValueError(
+                        f"entries {elections[ekey]} and {s.name!r} (stream {s.stream!r}) would campaign on "
+                        f"the same leader election key {ekey!r}: rename one of them"
+                    )
+                elections[ekey] = f"{s.name!r} (stream {s.stream!r})"
         return self
 
     def stream_named(self, name: str) -> StreamConfig:

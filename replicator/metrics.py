@@ -48,6 +48,40 @@ class Metrics:
             registry=registry,
         )
 
+        # Leader election and heartbeats, as the Go original names them.
+        e = "choria_stream_replicator_election"
+        self.election_campaigns = Counter(
+            f"{e}_campaigns", "Campaigns a candidate took part in, by its state then",
+            ("election", "identity", "state", "replicator"), registry=registry,
+        )  # fmt: skip
+        self.election_leader = Gauge(
+            f"{e}_leader", "1 while this instance leads the election", ("election", "identity", "replicator"),
+            registry=registry,
+        )  # fmt: skip
+        self.election_interval = Gauge(
+            f"{e}_interval_seconds", "Seconds between campaigns", ("election", "identity", "replicator"),
+            registry=registry,
+        )  # fmt: skip
+        h = "choria_stream_replicator_heartbeat"
+        self.heartbeat_subjects = Gauge(
+            f"{h}_subjects_count", "Subjects heartbeats are published to", ("replicator",), registry=registry
+        )
+        self.heartbeat_published = Counter(
+            f"{h}_published_count", "Heartbeats published", ("replicator", "subject"), registry=registry
+        )
+        self.heartbeat_errors = Counter(
+            f"{h}_published_error_count", "Heartbeats that failed to publish", ("replicator", "subject"),
+            registry=registry,
+        )  # fmt: skip
+        self.heartbeat_time = Histogram(
+            f"{h}_publish_time", "Seconds to publish a heartbeat, JetStream acknowledgement included",
+            ("replicator", "subject"), registry=registry,
+        )  # fmt: skip
+        self.heartbeat_paused = Gauge(
+            f"{h}_paused", "1 while heartbeats wait for this instance to lead", ("replicator", "hostname"),
+            registry=registry,
+        )  # fmt: skip
+
     def start_series(self, labels: MetricLabels, events: tuple[str, ...] = ()) -> None:
         """Create a stream's series at zero, so that every one is on /metrics from the start
         (an absent series reads as "no data", not 0, on a dashboard), advisories per event."""

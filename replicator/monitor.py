@@ -20,6 +20,7 @@ class StreamState(StrEnum):
     STARTING = "starting"
     WAITING_FOR_SOURCE = "waiting for source"
     REPLICATING = "replicating"
+    STANDBY = "standby"  # campaigning for the leadership of a leader-elected entry
     RETRYING = "retrying"
     STOPPED = "stopped"
 
@@ -41,7 +42,9 @@ class Readiness:
 
     def ready(self) -> bool:
         with self._lock:
-            return bool(self._states) and all(v is StreamState.REPLICATING for v in self._states.values())
+            return bool(self._states) and all(
+                v in (StreamState.REPLICATING, StreamState.STANDBY) for v in self._states.values()
+            )
 
 
 class _Handler(BaseHTTPRequestHandler):

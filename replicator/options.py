@@ -101,6 +101,10 @@ class ReaderOptions:
     # configured start and min_start_sequence may give another one: a sampled stream's state
     # would then miss the messages it had read.
     initial_offset_file: str = ""
+    # Leader-elected copy entries (a hot standby): while this file is absent the source admits
+    # nothing, so a standby's query runs idle and ready; the leader writes {"after": N} into
+    # it (N: the target's last copy), and reading continues after N.
+    lease_file: str = ""
 
     def __post_init__(self) -> None:
         for name in ("url", "stream"):
@@ -120,6 +124,7 @@ class ReaderOptions:
         start_time: datetime | None = None,
         stop_file: str = "",
         initial_offset_file: str = "",
+        lease_file: str = "",
     ) -> ReaderOptions:
         """A stream entry's options. `start_time`: where a new copy starts when the entry sets
         `start_time` or `start_delta` (resolved by the caller, once, at start)."""
@@ -145,8 +150,16 @@ class ReaderOptions:
             first_batch_messages=s.batch_max_messages if s.sampling else DEFAULT_FIRST_BATCH,
             tls=TLSFiles(tls.ca, tls.cert, tls.key) if tls is not None and tls.enabled else None,
             sampling=sampling,
+            # target_initiated (Choria's mode for a replicator placed near the target): the
+            # source is across a long link, so each read request asks for four times as much.
+            **(
+                {"chunk_messages": 4 * cls.chunk_messages, "chunk_bytes": 4 * cls.chunk_bytes}
+                if s.target_initiated
+                else {}
+            ),
             stop_file=stop_file,
             initial_offset_file=initial_offset_file,
+            lease_file=lease_file,
         )
 
     def to_spark(self) -> dict[str, str]:

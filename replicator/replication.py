@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +17,7 @@ import pyarrow as pa
 
 from replicator.aio import LoopThread
 from replicator.config import Config, StreamConfig
+from replicator.election import Election, election_key
 from replicator.logs import stream_logger
 from replicator.metrics import metrics
 from replicator.nats.connect import open_connection
@@ -29,7 +32,7 @@ from replicator.nats.urls import parse_nats_url
 from replicator.options import ReaderOptions
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import Event, SamplingParams
-from replicator.spark.datasource import read_range_chunks
+from replicator.spark.datasource import read_range_chunks, write_lease
 from replicator.spark.inflight import InflightRecord
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink, bucket_function
@@ -43,7 +46,12 @@ if TYPE_CHECKING:
 
 def entry_dir(cfg: Config, s: StreamConfig) -> Path:
     """A stream entry's directory under state_store: its checkpoint and its control files."""
-    return Path(cfg.state_store) / f"{s.stream}_{s.name}"
+    d = Path(cfg.state_store) / f"{s.stream}_{s.name}"
+    if s.leader_election_name and not s.sampling:
+        # A hot standby's query and files are its own (instances may share state_store): a
+        # copy entry that takes over continues from the target, not from a checkpoint.
+        d = d / ("candidate_" + re.sub(r"[^A-Za-z0-9_.-]", "_", s.leader_election_name))
+    return d
 
 
 def checkpoint_dir(cfg: Config, s: StreamConfig) -> Path:
@@ -63,6 +71,11 @@ def stopping_path(cfg: Config, s: StreamConfig) -> Path:
     return entry_dir(cfg, s) / "stopping"
 
 
+def lease_path(cfg: Config, s: StreamConfig) -> Path:
+    """A hot standby's query reads only while this file exists (ReaderOptions.lease_file)."""
+    return entry_dir(cfg, s) / "leading.json"
+
+
 class StreamReplication:
     def __init__(self, cfg: Config, scfg: StreamConfig, loop: LoopThread) -> None:
         self.cfg = cfg
@@ -76,6 +89,9 @@ class StreamReplication:
         self._source_nc: Any = None
         self._start_time: datetime | None = None
         self.lag: int | None = None  # last value of update_lag(), for progress reports
+        self.election: Election | None = None
+        self.took_over = False  # leader-elected: this instance's query runs as the leader
+        self._election_run: concurrent.futures.Future[None] | None = None
         self.log = stream_logger(__name__, self.label)
 
     @property
@@ -178,7 +194,8 @@ class StreamReplication:
         return ReaderOptions.from_config(self.s, min_start_sequence=floor + 1 if floor else 0,
                                          start_time=self._start_time,
                                          stop_file=str(stopping_path(self.cfg, self.s)),
-                                         initial_offset_file=str(initial_offset_path(self.cfg, self.s)))  # fmt: skip
+                                         initial_offset_file=str(initial_offset_path(self.cfg, self.s)),
+                                         lease_file=str(lease_path(self.cfg, self.s)) if self.hot_standby else "")  # fmt: skip
 
     def catch_up(self) -> None:
         """Publish what an earlier run left in flight (see replicator.spark.inflight) before the
@@ -202,7 +219,10 @@ class StreamReplication:
 
     def start(self, spark: SparkSession) -> StreamingQuery:
         assert self.sink is not None, "prepare() first"
-        self.catch_up()
+        if self.hot_standby and not self.took_over:
+            lease_path(self.cfg, self.s).unlink(missing_ok=True)  # stand by until take_over()
+        if self.leading():
+            self.catch_up()  # a standby leaves its in-flight copies to whoever leads
         ckpt = checkpoint_dir(self.cfg, self.s)
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         stopping_path(self.cfg, self.s).unlink(missing_ok=True)  # left by a stop that was cut short
@@ -268,7 +288,87 @@ class StreamReplication:
         self.lag = lag
         return lag
 
+    def start_election(self) -> None:
+        """Campaign for the entry's leader_election_name (replicator.election); the sinks publish
+        only while this instance leads."""
+        if not self.s.leader_election_name or self._source_nc is None or self.sink is None:
+            return
+        self.election = Election(
+            self._source_nc,
+            election_key(self.s.name, self.s.stream),
+            self.s.leader_election_name,
+            self.label,
+            replicator=self.cfg.name,
+        )
+        self.sink.may_publish = self.election.leading
+        self._election_run = self.loop.submit(self.election.run())
+
+    @property
+    def hot_standby(self) -> bool:
+        """A leader-elected copy entry runs its query while standing by, reading nothing until
+        it leads: failover skips the query's start. (A sampled entry's query starts when it
+        takes over: its state comes from the checkpoint as it is then.)"""
+        return bool(self.s.leader_election_name) and not self.s.sampling
+
+    def planned(self) -> bool:
+        """Whether the query's planning is over (its planner processes may go): it ran a batch,
+        or it stands by idle, with nothing to plan until it leads."""
+        if self.election is not None and not self.leading():
+            q = self.query
+            return not self.hot_standby or (
+                q is not None and q.isActive and q.status.get("message") == "Waiting for data to arrive"
+            )
+        return self.query is not None and self.batch_started.is_set()
+
+    def leading(self) -> bool:
+        """Whether this instance may copy the entry now (always, without an election)."""
+        return self.election is None or self.election.leading()
+
+    def take_over(self) -> None:
+        """Just won the leadership: continue after the last copy in the target, whoever made
+        it. A hot standby's running query starts reading there; a sampled entry's query starts
+        from its checkpoint (its senders' state), publishing nothing the target holds."""
+        assert self.sink is not None
+        floor = self.loop.run(self._last_copied(), 30)
+        self.sink.floor = max(self.sink.floor, floor)
+        self.sink.forget_target_tail()
+        self.log.info("taking over after source sequence %d, the target's last copy", self.sink.floor)
+        if self.hot_standby:
+            self.catch_up()  # what this instance left in flight when it last led, if the target lacks it
+            write_lease(str(lease_path(self.cfg, self.s)), self.sink.floor)
+
+    def stand_by(self) -> None:
+        """The lease ended: the sinks already refuse to publish; stop reading too."""
+        if self.hot_standby:
+            lease_path(self.cfg, self.s).unlink(missing_ok=True)
+        else:
+            self.stop_query(grace=0.5)
+
+    async def _last_copied(self) -> int:
+        s = self.s
+        target = await open_connection(s.target_url, s.target_tls, name=f"sr-target-setup-{s.name}")
+        try:
+            return int(await find_last_copied(target, s.target_stream, s.stream, self.cfg.name, s.name) or 0)
+        finally:
+            await target.close()
+
+    def stop_election(self) -> None:
+        """Stop campaigning and give the key up (after the query has stopped)."""
+        if self.election is None or self._election_run is None:
+            return
+        self.election.stop()
+        with contextlib.suppress(Exception):
+            self._election_run.result(5)
+
     def stop(self, grace: float = 10.0) -> None:
+        self.stop_query(grace)
+        if self.sampling_sink is not None:
+            self.sampling_sink.close()
+        elif self.sink is not None:
+            self.sink.close()
+
+    def stop_query(self, grace: float = 10.0) -> None:
+        """Stop the query (letting its running batch end within `grace`); the sinks stay."""
         if self.query is not None:
             # Let the running batch finish and start no other (the source admits nothing more
             # once the stopping file exists), then stop the idle query. Interrupting a batch is
@@ -290,10 +390,7 @@ class StreamReplication:
             except Exception as e:  # a failed query may already be gone
                 self.log.debug("stopping query: %s", e)
             stopping.unlink(missing_ok=True)
-        if self.sampling_sink is not None:
-            self.sampling_sink.close()
-        elif self.sink is not None:
-            self.sink.close()
+            self.query = None
         if self._source_nc is not None:
             try:
                 self.loop.run(self._source_nc.close(), 5)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import logging
 import os
 import re
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 from replicator.aio import LoopThread
 from replicator.backoff import Backoff
 from replicator.config import Config, StreamConfig
+from replicator.heartbeat import Heartbeats
 from replicator.metrics import metrics
 from replicator.monitor import Readiness, StreamState, serve
 from replicator.progress import PROGRESS_INTERVAL_S, Progress
@@ -58,6 +61,8 @@ class Runner:
         self._landed_at_failure: dict[str, int] = {}
         for r in self.replications:
             self.readiness.set(r.label, StreamState.STARTING)
+        self.heartbeats: Heartbeats | None = None
+        self._heartbeats_run: concurrent.futures.Future[None] | None = None
         # Set by `stream-replicator jvm-archive`: the JVM dumps its loaded classes when it ends.
         self.create_class_archive = create_class_archive
 
@@ -73,21 +78,28 @@ class Runner:
                 self.cfg.monitor_address,
                 self.cfg.monitor_port,
             )
+        self._start_heartbeats()
         for r in self.replications:
             self.readiness.set(r.label, StreamState.WAITING_FOR_SOURCE)
             if not r.prepare(self.stop_event.is_set):
+                self._stop_heartbeats()
                 return 0
             self.readiness.set(r.label, StreamState.STARTING)
         log.info("starting Spark")
+        conf = dict(self.cfg.spark_conf)
+        if self.cfg.profiling:
+            conf.setdefault("spark.ui.enabled", "true")  # jobs, stages and their timings
         self.spark = build_session(
             self.master,
             f"stream-replicator-{self.cfg.name}",
-            self.cfg.spark_conf,
+            conf,
             self.create_class_archive,
             light_jvm=not any(s.sampling for s in self.streams),
             quiet=self.cfg.loglevel != "debug",
         )
         log.info("Spark started (master %s)", self.spark.sparkContext.master)
+        if self.cfg.profiling and self.spark.sparkContext.uiWebUrl:
+            log.info("profiling: Spark's web UI at %s", self.spark.sparkContext.uiWebUrl)
         # Spark's task workers start beside the first query's planning, not after it.
         warm_task_workers(self.spark)
         # PySpark installs its own SIGINT handler when the context starts; ours must win.
@@ -95,7 +107,11 @@ class Runner:
             signal.signal(signal.SIGINT, self.request_stop)
             signal.signal(signal.SIGTERM, self.request_stop)
         for r in self.replications:
-            self._start(r)
+            r.start_election()
+            if r.election is None or r.hot_standby:
+                self._start(r)
+            else:
+                self.readiness.set(r.label, StreamState.STANDBY)
         exit_code = 0
         try:
             # Every 0.1 s until each query has started a batch, so the planner processes go
@@ -136,6 +152,8 @@ class Runner:
         return True
 
     def _supervise(self, r: StreamReplication) -> None:
+        if r.election is not None and self._follow_election(r):
+            return
         if r.label in self._retries:
             self._retry_when_due(r)
             return
@@ -159,6 +177,39 @@ class Runner:
             return
         r.sink.labels.of(metrics().errors).inc()
         self._schedule_retry(r)
+
+    def _follow_election(self, r: StreamReplication) -> bool:
+        """Start or stop copying a leader-elected entry as its election goes; True when it is
+        not for _supervise to look at now. A hot standby's query runs (and is kept running by
+        _supervise) while it stands by; a sampled entry's query runs only while it leads."""
+        if not r.leading():
+            if r.took_over:
+                self._retries.pop(r.label, None)
+                r.stand_by()
+                r.took_over = False
+                r.log.info("standing by")
+            if r.hot_standby and (r.label in self._retries or r.query is None or not r.query.isActive):
+                return False  # its idle query failed or waits to be retried
+            self.readiness.set(r.label, StreamState.STANDBY)
+            return True
+        if not r.took_over:
+            retry = self._retries.get(r.label)
+            if retry is not None and time.monotonic() < retry.due:
+                return True
+            self._retries.pop(r.label, None)
+            try:
+                r.take_over()
+            except Exception as e:
+                r.log.error("could not take over (%s)", _first_line(e))
+                self._schedule_retry(r)
+                return True
+            r.took_over = True
+            if r.hot_standby and r.query is not None and r.query.isActive:
+                self.readiness.set(r.label, StreamState.REPLICATING)
+            else:
+                self._start(r)
+            return True
+        return False
 
     def _schedule_retry(self, r: StreamReplication) -> None:
         """Start `r` again after its backoff, or as soon as its servers answer again if they
@@ -198,9 +249,7 @@ class Runner:
         """Once every query has started a batch, its planning is over: stop the processes
         Spark kept from planning them (replicator.spark.planners; ~420 MB of summed RSS).
         Queries start only on this thread, so none is being planned now."""
-        if self.spark is not None and all(
-            r.query is not None and r.batch_started.is_set() for r in self.replications
-        ):
+        if self.spark is not None and all(r.planned() for r in self.replications):
             release_idle_planners(self.spark)
             self.planners_released = True
 
@@ -217,12 +266,32 @@ class Runner:
             r.query = None
             self._schedule_retry(r)
         else:
-            self.readiness.set(r.label, StreamState.REPLICATING)
+            self.readiness.set(r.label, StreamState.REPLICATING if r.leading() else StreamState.STANDBY)
             assert r.sink is not None
             self._batches_at_start[r.label] = r.sink.batches
             # Looking up and creating the data source ran on this thread, in start(): those
             # processes can go now. Planning its reads runs on the query's own thread, later.
             release_idle_planners(self.spark, SOURCE_CREATION_MODULES)
+
+    def _start_heartbeats(self) -> None:
+        if self.cfg.heartbeats is None:
+            return
+        self.heartbeats = Heartbeats(self.cfg.heartbeats, self.cfg.name)
+        run = self.loop.submit(self.heartbeats.run())
+
+        def ended(f: concurrent.futures.Future[None]) -> None:
+            e = None if f.cancelled() else f.exception()
+            if e is not None:
+                log.error("heartbeats stopped: %s", _first_line(e))
+
+        run.add_done_callback(ended)
+        self._heartbeats_run = run
+
+    def _stop_heartbeats(self) -> None:
+        if self.heartbeats is not None and self._heartbeats_run is not None:
+            self.heartbeats.stop()
+            with contextlib.suppress(Exception):
+                self._heartbeats_run.result(6)
 
     def shutdown(self) -> None:
         """Stop queries and Spark; bounded, so SIGTERM always ends the process in time."""
@@ -232,6 +301,8 @@ class Runner:
             for r in self.replications:
                 self.readiness.set(r.label, StreamState.STOPPED)
                 r.stop()
+                r.stop_election()  # after the query: a standby takes over once nothing is in flight
+            self._stop_heartbeats()
             if self.spark is not None:
                 try:
                     self.spark.stop()

@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
+
+# A standby's query asks whether it leads this often (a file check): failover waits at most this.
+STANDBY_POLL_S = 0.1
 
 SCHEMA_DDL = (
     "stream STRING, seq BIGINT, subject STRING, timestamp TIMESTAMP, headers MAP<STRING, STRING>, data BINARY"
@@ -174,9 +178,18 @@ class NatsJetStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if self.o.stop_file and os.path.exists(self.o.stop_file):
             return start  # stopping: the batch that ran is the last
+        after = 0
+        if self.o.lease_file:
+            lease = read_lease(self.o.lease_file)
+            if lease is None:
+                time.sleep(STANDBY_POLL_S)  # a standby: Spark asks again at once otherwise
+                return start
+            after = lease
         info = self._info()
         end = info.state.last_seq + 1
-        begin = int(start["seq"])
+        # A new leader's query may stand where it stopped long ago: it skips what the target
+        # holds (partitions() reads from `after` + 1 too).
+        begin = max(int(start["seq"]), after + 1)
         if end < begin and not self._warned_reset:
             log.error(
                 "stream %s ends at sequence %d but this query already read up to %d: the stream was "
@@ -202,8 +215,6 @@ class NatsJetStreamReader(DataSourceStreamReader):
 
     def _with_clock(self, start: dict, end: int, caught_up: bool) -> dict:
         """The offset with the batch's event-time clock (see the module docstring)."""
-        import time
-
         from replicator.nats.jetstream import message_time_ms
 
         begin, previous = int(start["seq"]), int(start.get("clock", 0))
@@ -222,8 +233,14 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return {"seq": self._info().state.last_seq + 1}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        first = int(start["seq"])
+        if self.o.lease_file:
+            after = read_lease(self.o.lease_file)
+            if after is None:
+                return []  # a standby replaying a batch at start: it reads nothing
+            first = max(first, after + 1)
         parts: list[InputPartition] = list(
-            split_range(int(start["seq"]), int(end["seq"]), self.o.parallelism, self.o.min_partition_messages)
+            split_range(first, int(end["seq"]), self.o.parallelism, self.o.min_partition_messages)
         )
         if self.o.sampling:
             parts.append(ClockRows(int(end.get("clock", 0)), self.o.sampling.sampling_buckets))
@@ -255,6 +272,24 @@ class NatsJetStreamReader(DataSourceStreamReader):
             self._loop.stop()
         self._nc = None
         self._loop = None
+
+
+def read_lease(path: str) -> int | None:
+    """The source sequence a leader's reading continues after, or None while standing by."""
+    try:
+        with open(path) as f:
+            return int(json.load(f)["after"])
+    except FileNotFoundError:
+        return None
+
+
+def write_lease(path: str, after: int) -> None:
+    """Become the reading leader after source sequence `after` (atomically: the planner reads
+    the file from another process)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"after": after}, f)
+    os.replace(tmp, path)
 
 
 def read_initial_offset(path: str) -> dict | None:

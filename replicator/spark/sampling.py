@@ -123,6 +123,7 @@ class SamplingSink:
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
+        self.ordered.check_leader()
         table: pa.Table = batch_df.toArrow()
         kinds = table.column("kind")
         msgs = table.filter(pc.not_equal(kinds, KIND_ADVISORY)).sort_by("seq")
@@ -144,6 +145,7 @@ class SamplingSink:
         copy = pc.equal(msgs.column("kind"), KIND_COPY)
         result = self.ordered.publish_table(standard, copy_mask=copy, sizes=msgs.column("size"))
         if advs.num_rows and self.publish_advisories:
+            self.ordered.check_leader()
             self.loop.run(self._advise(advs), timeout=None)
             # Counted once published: a batch that failed before is replayed and counted then.
             counts = pc.value_counts(advs.column("event")).to_pylist()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +106,9 @@ class OrderedSink:
         self._pending: Future[None] | None = None
         # Highest source sequence known to be in the target: never published again.
         self.floor = floor
+        # Leader election: whether this instance may publish now (None: always). Asked before
+        # every 256th copy, so a batch begun as the leader stops when its lease ends.
+        self.may_publish: Callable[[], bool] | None = None
         self._nc: ReplicatorClient | None = None
         self._publisher: PipelinedPublisher | None = None
         self._landed_before = 0  # what publishers dropped since had landed
@@ -147,6 +150,9 @@ class OrderedSink:
         started = time.monotonic()
         table: pa.Table = batch_df.toArrow()
         collected = time.monotonic()
+        if table.num_rows == 0 and not self.leading():
+            return  # a standby's query (replaying a batch at start) reads nothing: nothing to do
+        self.check_leader()
         if self.inflight is None:
             result = self.publish_table(table)
             result.seconds = time.monotonic() - started
@@ -192,6 +198,21 @@ class OrderedSink:
         if p is None or not p.done() or p.cancelled():
             return None
         return p.exception()
+
+    def forget_target_tail(self) -> None:
+        """Another instance may have written to the target since this one last published: read
+        its tail again (and whether others write to it) before the next publish."""
+        self._last_id = None
+        self.shared_target = not self.settings.chain
+
+    def leading(self) -> bool:
+        """Whether this instance may publish now (see may_publish)."""
+        return self.may_publish is None or self.may_publish()
+
+    def check_leader(self) -> None:
+        """Raise unless this instance may publish (see may_publish)."""
+        if not self.leading():
+            raise PublishError("not the leader any more: this batch is left to the new leader")
 
     def publish_table(
         self,
@@ -299,9 +320,14 @@ class OrderedSink:
         held: list[str] = []  # why publishing stopped before a row, if it did
         last_id = [""]  # the Nats-Msg-Id of the last row published in this attempt
 
+        fence = self.may_publish
+
         def messages(start: int, chain: str | None) -> Iterator[tuple[str, bytes, bytes]]:
             prev = chain
             for i in range(start, len(seqs)):
+                if fence is not None and (i - start) % 256 == 0 and not fence():
+                    held.append(f"not the leader any more (source sequence {seqs[i]} not copied)")
+                    return
                 subject, seq, hdr, data = (
                     rewrite_subject(subjects[i], prefix, remove),
                     seqs[i],

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from replicator.config import ConfigError, parse_config
+from replicator.election import election_key
 
 BASE = {"name": "dc1", "streams": [{"stream": "S", "source_url": "nats://a", "target_url": "nats://b"}]}
 
@@ -56,8 +57,18 @@ def test_config_start_time_and_duplicates() -> None:
                 ],
             }
         )
-    with pytest.raises(ConfigError, match="leader_election_name is not supported"):
-        parse_config({**BASE, "streams": [{**BASE["streams"][0], "leader_election_name": "x"}]})
+
+
+def test_leader_elected_entries_campaign_on_the_go_originals_key_and_never_share_one() -> None:
+    entry = {**BASE["streams"][0], "leader_election_name": "host-a"}
+    cfg = parse_config({**BASE, "streams": [{**entry, "name": "dc1"}, {**entry, "name": "dc2"}]})
+    assert [s.leader_election_name for s in cfg.streams] == ["host-a", "host-a"]  # one candidate, two keys
+    assert election_key("dc1", "REG") == "SR_dc1_REG"
+    assert election_key("SR", "REG") == "SR_REG"  # the Go original's prefix test, kept
+    # Two entries, but both would campaign on SR_dc1_a_REG.
+    same_key = [{**entry, "stream": "REG", "name": "dc1_a"}, {**entry, "stream": "a_REG", "name": "dc1"}]
+    with pytest.raises(ConfigError, match="same leader election key 'SR_dc1_a_REG'"):
+        parse_config({**BASE, "streams": same_key})
 
 
 def test_sampled_query_partitions_follow_the_buckets_unless_set() -> None:
@@ -87,3 +98,67 @@ def test_chain_copies_is_on_unless_turned_off() -> None:
     assert parse_config(BASE).streams[0].chain_copies is True
     off = parse_config({**BASE, "streams": [{**BASE["streams"][0], "chain_copies": False}]})
     assert off.streams[0].chain_copies is False
+
+
+# Every key of the Choria Stream Replicator v0.9's configuration, with a value it accepts.
+V09_TOP_KEYS: dict[str, object] = {
+    "tls": {"ca": ""},
+    "choria": {"seed_file": "/etc/sr/choria.seed", "jwt_file": "/etc/sr/choria.jwt", "collective": "choria"},
+    "monitor_port": 8080,
+    "profiling": True,
+    "logfile": "",
+    "loglevel": "info",
+    "heartbeats": {
+        "interval": "10s", "url": "nats://127.0.0.1:4222", "leader_election": True, "headers": {"from": "dc1"},
+        "subjects": [{"subject": "choria.node_metadata._monitor"},
+                     {"subject": "example._monitor", "interval": "20s", "headers": {"noop": "true"}}],
+    },
+}  # fmt: skip
+V09_STREAM_KEYS: dict[str, object] = {
+    "name": "dc1", "filter_subject": "reg.>", "target_stream": "REG_COPY", "target_subject_prefix": "copy",
+    "target_subject_remove": "reg.", "no_target_create": True, "ephemeral": True, "target_initiated": True,
+    "start_sequence": 10, "tls": {"ca": ""}, "source_tls": {"ca": ""}, "target_tls": {"ca": ""},
+    "choria": {"seed_file": "s"}, "source_choria": {"seed_file": "s"}, "target_choria": {"jwt_file": "j"},
+    "max_age": "1h", "inspect_field": "sender", "inspect_force_field": "force", "inspect_duration": "1h",
+    "warn_duration": "10m", "size_trigger": 1024, "leader_election_name": "host-a",
+    "advisory": {"subject": "adv.%s.%v", "reliable": True},
+}  # fmt: skip
+V09_STREAM_ALTERNATIVES: dict[str, object] = {
+    "start_time": "2024-01-02T15:04:05Z", "start_delta": "1h", "start_at_end": True,
+    "inspect_header": "Sender", "inspect_subject_token": 2,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("where", "key"),
+    [("top", k) for k in V09_TOP_KEYS]
+    + [("stream", k) for k in V09_STREAM_KEYS]
+    + [("stream", k) for k in V09_STREAM_ALTERNATIVES],
+)
+def test_every_v09_key_is_accepted_or_refused_with_why_never_as_a_misspelling(where: str, key: str) -> None:
+    entry = dict(BASE["streams"][0])
+    top = dict(BASE)
+    if where == "top":
+        top[key] = V09_TOP_KEYS[key]
+    else:
+        value = V09_STREAM_KEYS.get(key, V09_STREAM_ALTERNATIVES.get(key))
+        entry[key] = value
+        if key in (
+            "inspect_field",
+            "inspect_duration",
+            "inspect_force_field",
+            "warn_duration",
+            "size_trigger",
+            "advisory",
+        ):
+            entry.update(inspect_field="sender", inspect_duration="1h")
+        if key in ("inspect_header", "inspect_subject_token"):
+            entry["inspect_duration"] = "1h"
+    top["streams"] = [entry]
+    try:
+        parse_config(top)
+    except ConfigError as e:
+        text = str(e)
+        assert "spelling" not in text and "\n" not in text
+        assert "not supported" in text, text  # a refusal says so, and why
+        assert key == "choria" or key.endswith("_choria"), f"{key} refused: {text}"

@@ -97,3 +97,18 @@ def test_a_stream_entry_becomes_the_options_its_query_reads_with() -> None:
     assert o.max_messages_per_batch == o.first_batch_messages == DEFAULT_SAMPLING_BATCH
     assert o.sampling == SamplingOptions(inspect_subject_token=2, sampling_buckets=64)
     assert ReaderOptions.from_spark(o.to_spark()) == o
+
+
+def test_target_initiated_reads_four_times_as_much_per_request_for_a_long_source_link() -> None:
+    entry = {"stream": "REG", "source_url": "nats://a", "target_url": "nats://b"}
+    near = ReaderOptions.from_config(parse_config({"name": "dc1", "streams": [entry]}).streams[0])
+    far = ReaderOptions.from_config(
+        parse_config({"name": "dc1", "streams": [{**entry, "target_initiated": True}]}).streams[0]
+    )
+    assert (far.chunk_messages, far.chunk_bytes) == (4 * near.chunk_messages, 4 * near.chunk_bytes)
+    assert ReaderOptions.from_spark(far.to_spark()) == far
+
+
+def test_a_hot_standbys_lease_file_travels_with_the_options() -> None:
+    o = ReaderOptions(url="nats://a", stream="REG", lease_file="/var/lib/sr/REG_dc1/leading.json")
+    assert ReaderOptions.from_spark(o.to_spark()).lease_file == o.lease_file

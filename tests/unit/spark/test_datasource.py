@@ -14,8 +14,10 @@ from replicator.spark.datasource import (
     BatchRamp,
     NatsJetStreamReader,
     read_initial_offset,
+    read_lease,
     split_range,
     write_initial_offset,
+    write_lease,
 )
 
 
@@ -63,3 +65,13 @@ def test_a_replayed_first_batch_starts_where_it_first_started(tmp_path: Path) ->
     kept.write_text("{not json")
     with pytest.raises(RuntimeError, match="remove the checkpoint directory"):
         read_initial_offset(str(kept))
+
+
+def test_a_standby_reads_nothing_until_a_lease_says_where_the_target_ends(tmp_path: Path) -> None:
+    lease = str(tmp_path / "leading.json")
+    assert read_lease(lease) is None  # standing by
+    write_lease(lease, 41_999)
+    assert read_lease(lease) == 41_999
+    write_lease(lease, 50_000)  # taken over again, later: replaced whole
+    assert read_lease(lease) == 50_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["leading.json"]

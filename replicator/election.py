@@ -1,0 +1,223 @@
+"""Leader election per stream entry, on the source cluster's KV bucket CHORIA_LEADER_ELECTION.
+
+The protocol is the Choria Stream Replicator's, so instances of either campaign against each
+other: the key is `SR_<entry name>_<stream>`, and its holder is the leader. A candidate wins by
+creating the key (it fails while the key exists); the leader keeps it by updating it against its
+last revision, several times per bucket TTL. A leader that dies stops updating; the bucket's TTL
+(its max age) then removes the key and a candidate's next create wins. A leader that stops
+cleanly deletes the key so a standby takes over at once.
+
+Safety: a leader publishes only while its `Lease` holds, which ends `guard` seconds before
+anyone else could win the key (the TTL after the last renewal it sent). Spark's query is stopped
+when the lease ends, but the sinks check the lease before each publish, so a query still
+stopping cannot publish under another leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+BUCKET = "CHORIA_LEADER_ELECTION"
+# The TTLs the bucket may have (Choria's limits): renewals need time to land well within it.
+MIN_TTL_S, MAX_TTL_S = 1.0, 3600.0
+# A candidate asks every second (one small request): a dead leader's key is taken at most a
+# second after the bucket removed it.
+CANDIDATE_INTERVAL_S = 1.0
+# Missing bucket or unreachable servers: said again at most this often.
+COMPLAINT_INTERVAL_S = 30.0
+
+
+def election_key(entry_name: str, stream: str) -> str:
+    """The key the Go original campaigns on for a stream entry: `SR_<name>_<stream>`. (Its
+    prefix test is `HasPrefix("SR_", name)`, so a name that is itself a prefix of `SR_`, such
+    as `SR`, is used bare; kept so both campaign on the same key.)"""
+    cname = entry_name if "SR_".startswith(entry_name) else f"SR_{entry_name}"
+    return f"{cname}_{stream}"
+
+
+@dataclass
+class Lease:
+    """Whether this instance may publish as the leader, from its own clock: it holds until
+    `ttl - guard` seconds after the last renewal that the server accepted was sent."""
+
+    ttl: float
+    guard: float
+    renewed_at: float | None = None  # time.monotonic() when the last accepted renewal was sent
+
+    @classmethod
+    def for_ttl(cls, ttl: float) -> Lease:
+        # A fifth of the TTL (at least 0.5 s) for a publish in flight to land before another
+        # instance can win.
+        return cls(ttl=ttl, guard=max(0.5, ttl / 5))
+
+    @property
+    def renew_every(self) -> float:
+        """Four renewals per lease: three in a row can fail before it ends."""
+        return max(0.25, (self.ttl - self.guard) / 4)
+
+    def renewed(self, sent_at: float) -> None:
+        self.renewed_at = sent_at
+
+    def lost(self) -> None:
+        self.renewed_at = None
+
+    def holds(self, now: float | None = None) -> bool:
+        if self.renewed_at is None:
+            return False
+        now = time.monotonic() if now is None else now
+        return now < self.renewed_at + self.ttl - self.guard
+
+
+class BucketMissing(RuntimeError):
+    pass
+
+
+class Election:
+    """Campaigns for one key on an asyncio loop; `leading()` is safe from any thread."""
+
+    def __init__(
+        self,
+        nc: Any,
+        key: str,
+        value: str,
+        label: str,
+        on_change: Callable[[bool], None] | None = None,
+        replicator: str = "",
+    ) -> None:
+        self.nc = nc
+        self.key = key
+        self.value = value.encode()
+        self.label = label
+        self.on_change = on_change
+        self.lease: Lease | None = None
+        self.revision: int | None = None
+        self._stopping = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._last_complaint = -COMPLAINT_INTERVAL_S
+        self.campaigns = 0
+        from replicator.metrics import metrics
+
+        m, ids = metrics(), (key, value, replicator)
+        self._m_leader = m.election_leader.labels(*ids)
+        self._m_interval = m.election_interval.labels(*ids)
+        self._m_campaigns = {
+            state: m.election_campaigns.labels(key, value, state, replicator)
+            for state in ("candidate", "leader")
+        }
+        self._m_leader.set(0)
+
+    def leading(self) -> bool:
+        return self.lease is not None and self.lease.holds()
+
+    async def _bucket(self) -> Any:
+        from nats.js.errors import BucketNotFoundError, NotFoundError
+
+        js = self.nc.jetstream()
+        try:
+            kv = await js.key_value(BUCKET)
+        except (BucketNotFoundError, NotFoundError):
+            raise BucketMissing(
+                f"leader election: the KV bucket {BUCKET} does not exist on the source cluster: "
+                f"create it with a TTL, e.g. `nats kv add {BUCKET} --ttl 10s --replicas 3`; "
+                "retrying until it exists"
+            ) from None
+        status = await kv.status()
+        ttl = status.ttl
+        if not ttl or not MIN_TTL_S <= ttl <= MAX_TTL_S:
+            raise BucketMissing(
+                f"leader election: the KV bucket {BUCKET} has a TTL of {ttl or 'none'}; it needs one "
+                f"from {MIN_TTL_S:.0f} s to {MAX_TTL_S:.0f} s (a dead leader's key must expire): "
+                f"recreate it, e.g. `nats kv add {BUCKET} --ttl 10s --replicas 3`; retrying"
+            )
+        return kv, float(ttl)
+
+    def _complain(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self._last_complaint >= COMPLAINT_INTERVAL_S:
+            self._last_complaint = now
+            log.error("%s: %s", self.label, text)
+
+    def _set(self, leading: bool) -> None:
+        self._m_leader.set(1 if leading else 0)
+        if self.on_change is not None:
+            self.on_change(leading)
+
+    async def run(self) -> None:
+        """Campaign until stop(); then give the key up if held."""
+        self._loop = asyncio.get_running_loop()
+        kv: Any = None
+        while not self._stopping.is_set():
+            wait = CANDIDATE_INTERVAL_S
+            try:
+                if kv is None:
+                    kv, ttl = await self._bucket()
+                    self.lease = Lease.for_ttl(ttl)
+                    log.info("%s: campaigning for %s in %s (TTL %.0f s)", self.label, self.key, BUCKET, ttl)
+                wait = await self._campaign(kv)
+            except BucketMissing as e:
+                kv = None
+                self._complain(str(e))
+            except Exception as e:  # servers away: the lease runs out on its own
+                self._complain(f"leader election: {type(e).__name__}: {e}; retrying")
+            if self.lease is not None and self.revision is not None and not self.lease.holds():
+                self._lose("its lease ran out before it could be renewed")
+            self._m_interval.set(wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), wait)
+        await self._resign(kv)
+
+    async def _campaign(self, kv: Any) -> float:
+        """One campaign step; returns the seconds until the next."""
+        from nats.js.errors import KeyWrongLastSequenceError
+
+        assert self.lease is not None
+        self.campaigns += 1
+        self._m_campaigns["candidate" if self.revision is None else "leader"].inc()
+        sent = time.monotonic()
+        if self.revision is None:
+            try:
+                self.revision = await kv.create(self.key, self.value)
+            except KeyWrongLastSequenceError:
+                return CANDIDATE_INTERVAL_S  # someone holds it
+            self.lease.renewed(sent)
+            log.warning("%s: became the leader (%s)", self.label, self.key)
+            self._set(True)
+            return self.lease.renew_every
+        try:
+            self.revision = await kv.update(self.key, self.value, last=self.revision)
+        except KeyWrongLastSequenceError:
+            self._lose("another instance holds the key")
+            return CANDIDATE_INTERVAL_S
+        self.lease.renewed(sent)
+        return self.lease.renew_every
+
+    def _lose(self, why: str) -> None:
+        self.revision = None
+        if self.lease is not None:
+            self.lease.lost()
+        log.warning("%s: lost the leadership (%s); stopped copying", self.label, why)
+        self._set(False)
+
+    async def _resign(self, kv: Any) -> None:
+        if kv is None or self.revision is None:
+            return
+        revision, self.revision = self.revision, None
+        if self.lease is not None:
+            self.lease.lost()
+        self._set(False)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(kv.delete(self.key, last=revision), 2)
+            log.info("%s: gave up the leadership (%s)", self.label, self.key)
+
+    def stop(self) -> None:
+        """Stop campaigning and give the key up (from any thread)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stopping.set)
