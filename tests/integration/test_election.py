@@ -6,21 +6,37 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import nats
 import pytest
-from helpers import cli, run, start_replicator, wait_for, write_config
+from helpers import cli, create_stream, run, start_replicator, wait_for, write_config
 from nats.js.api import KeyValueConfig
 
 from harness.localnats import NatsCluster
 from harness.process import ReplicatorProcess
-from harness.streams import copy_differences
+from harness.scrape import scrape
+from harness.streams import copy_differences, read_all
 from harness.streams import count_messages as count
 from replicator.election import BUCKET
+from replicator.headers import parse_source_header
+from replicator.nats.wire import first_value
 
 from .test_faults import LivePublisher, _create_source, source, target  # noqa: F401 (fixtures)
+from .test_sampling import (
+    INSPECT_MS,
+    SUBJECTS,
+    WARN_MS,
+    by_sender_field,
+    expected,
+    fleet_file,
+    got,
+    params,
+    sampling_stream,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -173,3 +189,166 @@ def test_ours_and_the_go_original_share_one_election_and_ours_continues_after_th
             go.kill()
         if ours is not None:
             ours.kill9()
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-state-store", "own-state-stores"])
+def test_a_sampled_stream_across_a_kill_9_of_its_leader(
+    source: NatsCluster,  # noqa: F811
+    target: NatsCluster,  # noqa: F811
+    tmp_path: Path,
+    shared: bool,
+) -> None:
+    """With state_store on storage both instances see, the new leader continues the dead one's
+    sampling state: every copy and advisory exactly as the rules give them. With a store of
+    its own it starts with no state, after the target's last copy: nothing is lost or copied
+    twice, and what it redoes (senders advised `new` and copied again) is counted."""
+    src, dst = source.url, target.url
+    run(create_stream(src, "REG", SUBJECTS))
+    run(create_stream(src, "ADV", ["choria.adv.>"]))
+    run(create_bucket(src, TTL_S))
+    scenario = fleet_file(
+        tmp_path / "fleet.yaml",
+        "4h",  # 24 s of publishing at 600x
+        [
+            {"type": "down", "at": "40m", "duration": "40m", "count": 10},  # timeout, recover
+            {"type": "down", "at": "60m", "duration": "100m", "count": 6},  # timeout, expire, new
+        ],
+    )
+    procs: dict[str, ReplicatorProcess] = {}
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        store = tmp_path / ("shared" if shared else side) / "state"
+        write_config(
+            tmp_path / side / "sr.yaml",
+            "dc1",
+            [sampling_stream(src, dst, leader_election_name=f"host-{side}")],
+            state_store=str(store),
+        )
+    try:
+        procs["a"] = a = start_replicator(tmp_path / "a" / "sr.yaml")
+        wait_for(lambda: "became the leader" in a.output(), 120, "a leading", a)
+        a.wait_ready(120)
+        procs["b"] = b = start_replicator(tmp_path / "b" / "sr.yaml")
+        b.wait_ready(120)
+        fleet = subprocess.Popen(
+            [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(scenario), "--url", src],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        # Killed once it has copied and advised the fleet's first registrations, mid-run.
+        wait_for(
+            lambda: run(count(dst, "REG")) >= 150 and run(count(src, "ADV")) >= 150, 120, "a's copies", a
+        )
+        a.kill9()
+        died, before = time.monotonic(), run(count(dst, "REG"))
+        wait_for(lambda: run(count(dst, "REG")) > before, 90, "b's first copy", b)
+        print(f"\nsampled failover: b's first copy {time.monotonic() - died:.1f} s after the kill")
+        assert fleet.wait(180) == 0, fleet.stderr.read() if fleet.stderr else ""
+        want_copied, want_advs = expected(src, "REG", by_sender_field, params())
+        if shared:
+            wait_for(lambda: run(count(src, "ADV")) >= len(want_advs), 120, "every advisory", b)
+            wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "every copy", b)
+        else:
+            wait_for(lambda: scrape(b.metrics_url)["lag"] == 0, 120, "b caught up", b)
+            time.sleep(WARN_MS / 1000 + INSPECT_MS / 1000)  # its own timeouts and expiries
+        time.sleep(2)
+        assert b.stop() == 0, b.output()
+    finally:
+        for p in procs.values():
+            p.kill9()
+    copied_seqs, advs, docs = got(src, dst, "REG", "ADV", "dc1")
+    assert len(copied_seqs) == len(set(copied_seqs)) and copied_seqs == sorted(copied_seqs)  # nothing twice
+    if shared:
+        assert copied_seqs == want_copied
+        assert advs == want_advs
+        assert len({d["event_id"] for d in docs}) == len(docs)
+        return
+    # A standby with a store of its own starts with no state after the target's last copy:
+    # every sender still reaches the target, nothing twice; what it redoes is counted here
+    # for docs/operations.md (its copies follow its own schedule from then on).
+    sender_of = {m.seq: by_sender_field(m)[0] for m in run(read_all(src, "REG"))}
+    assert {sender_of[q] for q in copied_seqs} == set(sender_of.values())
+    events, want_events = Counter(e for _, e, _ in advs), Counter(e for _, e, _ in want_advs)
+    print(
+        f"\nown state stores: {len(copied_seqs)} copies where shared state gives {len(want_copied)} "
+        f"({len(set(copied_seqs) - set(want_copied))} not in the rules' schedule), "
+        f"{events['new'] - want_events['new']} extra `new` advisories, "
+        f"{len(set(want_advs) - set(advs))} of {len(want_advs)} advisories not sent"
+    )
+
+
+def partition_copies(src: str, dst: str, part: str) -> tuple[list[int], list[int]]:
+    """(the source sequences of partition `part`, those its copies in the target name, in target order)."""
+    want = [m.seq for m in run(read_all(src, "REG")) if m.subject.startswith(f"reg.{part}.")]
+    got_seqs = []
+    for m in run(read_all(dst, "REG")):
+        mark = parse_source_header(first_value(m.headers, "Choria-SR-Source"))
+        assert mark is not None
+        if mark.config_name == part:
+            got_seqs.append(mark.sequence)
+    return want, got_seqs
+
+
+def test_partitions_of_one_stream_are_elected_apart_and_move_together_when_their_process_dies(
+    source: NatsCluster,  # noqa: F811
+    target: NatsCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Two entries on one source stream, split by filter_subject, each its own election, in
+    two processes: kill -9 the process leading them and both move to the other within the
+    failover bound; each partition's copy (in the one shared target stream) exact and in order."""
+    src, dst = source.url, target.url
+    run(_create_source(src))
+    run(_create_source(dst))
+    run(create_bucket(src, TTL_S))
+
+    def partitions(candidate: str) -> list[dict[str, object]]:
+        return [
+            {**entry(src, dst, candidate), "name": part, "filter_subject": f"reg.{part}.>"}
+            for part in ("a", "b")
+        ]
+
+    for side in ("x", "y"):
+        (tmp_path / side).mkdir()
+        write_config(tmp_path / side / "sr.yaml", "dc1", partitions(f"host-{side}"))
+
+    def copies() -> int:
+        return int(run(count(dst, "REG")))
+
+    procs = []
+    try:
+        with LivePublisher(src, rate=200, subject=lambda i: f"reg.{'ab'[i % 2]}.{i % 97}"):
+            x = start_replicator(tmp_path / "x" / "sr.yaml")
+            procs.append(x)
+            wait_for(lambda: x.output().count("became the leader") == 2, 120, "x leading both partitions", x)
+            wait_for(lambda: copies() >= 500, 120, "x's copies", x)
+            y = start_replicator(tmp_path / "y" / "sr.yaml")
+            procs.append(y)
+            wait_for(lambda: y.output().count("campaigning for SR_") == 2, 120, "y campaigning for both", y)
+            time.sleep(3)
+            assert "became the leader" not in y.output()
+            shown = cli("admin", "election", "--config", str(tmp_path / "y" / "sr.yaml")).stdout
+            assert shown.count("led by host-x,") == 2, shown
+
+            x.kill9()
+            died = time.monotonic()
+            before = {p: len(partition_copies(src, dst, p)[1]) for p in "ab"}
+            moved = {}
+            while len(moved) < 2 and time.monotonic() - died < 60:
+                for p in "ab":
+                    if p not in moved and len(partition_copies(src, dst, p)[1]) > before[p]:
+                        moved[p] = time.monotonic() - died
+                time.sleep(0.25)
+            print(
+                "\npartitions moved (first copy after the kill): "
+                + ", ".join(f"{p} {t:.1f} s" for p, t in sorted(moved.items()))
+            )
+            assert len(moved) == 2 and max(moved.values()) <= 15, y.output()
+            time.sleep(2)
+        wait_for(lambda: copies() == run(count(src, "REG")), 120, "both partitions to catch up", y)
+        for p in "ab":
+            want, got_seqs = partition_copies(src, dst, p)
+            assert got_seqs == want, f"partition {p}: the copy differs from the source"  # exact, in order
+        assert y.stop() == 0, y.output()
+    finally:
+        for p in procs:
+            p.kill9()

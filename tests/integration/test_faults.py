@@ -37,9 +37,10 @@ class LivePublisher:
     faults: a publish that fails is retried with the same Nats-Msg-Id, so the source holds
     each message once whatever happened to its ack."""
 
-    def __init__(self, url: str, rate: float = 400.0) -> None:
+    def __init__(self, url: str, rate: float = 400.0, subject: Callable[[int], str] | None = None) -> None:
         self.url = url
         self.rate = rate
+        self.subject = subject or (lambda i: f"reg.{i % 97}")
         self.sent = 0
         self.errors = 0
         self._stop = threading.Event()
@@ -59,7 +60,7 @@ class LivePublisher:
                 while not self._stop.is_set():
                     try:
                         await js.publish(
-                            f"reg.{i % 97}", registration(i, 800), headers={"Nats-Msg-Id": f"p{i}"}
+                            self.subject(i), registration(i, 800), headers={"Nats-Msg-Id": f"p{i}"}
                         )
                         break
                     except Exception:
