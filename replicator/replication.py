@@ -25,6 +25,7 @@ from replicator.nats.jetstream import (
     as_start_time,
     ensure_target_stream,
     find_last_copied,
+    last_sequence,
     stream_info,
     wait_for_stream,
 )
@@ -277,13 +278,18 @@ class StreamReplication:
         """Source lag (last stream sequence - last copied sequence), also set as a metric."""
         if self._source_nc is None or self.sink is None:
             return None
+
+        async def last() -> int | None:
+            info = await stream_info(self._source_nc, self.s.stream)
+            return None if info is None else await last_sequence(self._source_nc, info, self.s.filter_subject)
+
         try:
-            info = self.loop.run(stream_info(self._source_nc, self.s.stream), 5)
+            last_seq = self.loop.run(last(), 5)
         except Exception:
             return None
-        if info is None:
+        if last_seq is None:
             return None
-        lag = max(0, int(info.state.last_seq) - self.sink.floor)
+        lag = max(0, last_seq - self.sink.floor)
         self.sink.labels.of(metrics().lag).set(lag)
         self.lag = lag
         return lag

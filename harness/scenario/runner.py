@@ -21,11 +21,11 @@ from pathlib import Path
 
 import nats
 import yaml
-from nats.js.api import StreamConfig
+from nats.js.api import KeyValueConfig, StreamConfig
 
 from emulator.publisher import stream_subjects
 from harness.localnats import free_port
-from harness.process import ReplicatorProcess
+from harness.process import ReplicatorProcess, readiness
 from harness.scenario.spec import HopSpec, ProcessSpec, ScenarioSpec
 from harness.scenario.truth import (
     AdvKey,
@@ -41,10 +41,15 @@ from harness.scenario.truth import (
 from harness.scrape import scrape
 from harness.servers import nats_cluster
 from harness.streams import count_messages, read_all
+from replicator.election import BUCKET as ELECTION_BUCKET
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import SamplingParams
+from replicator.subjects import subject_matches
 
 log = logging.getLogger(__name__)
+
+# The election bucket's TTL for scenarios with leader-elected instances (Choria's docs use 10 s).
+ELECTION_TTL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,23 @@ class HopRef:
     hop: HopSpec
     source_url: str
     target_url: str
-    metrics_url: str
+    metrics_urls: tuple[str, ...]
+    """One per instance of the process (leader-elected instances: several)."""
+
+    def metrics_url(self) -> str:
+        """The metrics of the instance copying this stream now (the first if none is)."""
+        if len(self.metrics_urls) > 1:
+            key = f"{self.hop.stream}/{self.hop.name}"
+            for url in self.metrics_urls:
+                if _stream_state(int(url.rsplit(":", 1)[1].split("/")[0]), key) == "replicating":
+                    return url
+        return self.metrics_urls[0]
+
+
+def _stream_state(port: int, key: str) -> str | None:
+    """A stream entry's state on a replicator's /readyz (`replicating`, `standby`, ...)."""
+    streams = (readiness(port, timeout=1.0) or {}).get("streams")
+    return str(streams.get(key)) if isinstance(streams, dict) and key in streams else None
 
 
 @dataclass
@@ -86,7 +107,7 @@ class Sampler:
                     row[label] = asyncio.run(count_messages(url, stream))
             for h in self.hops:
                 with contextlib.suppress(Exception):
-                    m = scrape(h.metrics_url, worker=h.hop.name)
+                    m = scrape(h.metrics_url(), worker=h.hop.name)
                     for key in ("lag", "received", "sequence"):
                         row[f"{h.label}.{key}"] = m[key]
             self.rows.append(row)
@@ -144,35 +165,38 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
     with contextlib.ExitStack() as stack:
         urls = {name: stack.enter_context(nats_cluster(c.servers, name)).url for name, c in clusters.items()}
         asyncio.run(_create_streams(urls, spec))
-        procs: dict[str, ReplicatorProcess] = {}
+        procs: dict[str, list[ReplicatorProcess]] = {}
         hops: list[HopRef] = []
         for p in spec.processes():
-            port = free_port()
-            cfg = work / f"{p.name}.yaml"
-            cfg.write_text(yaml.safe_dump({
-                "name": p.name,
-                "state_store": str(work / "state" / p.name),
-                "monitor_port": port,
-                "streams": [h.entry(urls[h.source], urls[h.target], s.speedup) for h in p.streams],
-            }))  # fmt: skip
-            procs[p.name] = ReplicatorProcess(cfg, report_dir / f"{s.name}.{p.name}.log")
+            urls_of_metrics = []
+            for i in range(p.instances):
+                port = free_port()
+                instance = p.name if p.instances == 1 else f"{p.name}-{i}"
+                cfg = work / f"{instance}.yaml"
+                cfg.write_text(yaml.safe_dump({
+                    "name": p.name,
+                    "state_store": str(work / "state" / p.name),  # shared by the instances
+                    "monitor_port": port,
+                    "streams": [
+                        h.entry(urls[h.source], urls[h.target], s.speedup, instance if p.instances > 1 else "")
+                        for h in p.streams
+                    ],
+                }))  # fmt: skip
+                procs.setdefault(p.name, []).append(
+                    ReplicatorProcess(cfg, report_dir / f"{s.name}.{instance}.log")
+                )
+                urls_of_metrics.append(f"http://127.0.0.1:{port}/metrics")
             for entry in p.streams:
                 label = entry.name if len(spec.hops()) == 1 else f"{p.name}/{entry.name}"
                 hops.append(
-                    HopRef(
-                        label,
-                        p,
-                        entry,
-                        urls[entry.source],
-                        urls[entry.target],
-                        f"http://127.0.0.1:{port}/metrics",
-                    )
+                    HopRef(label, p, entry, urls[entry.source], urls[entry.target], tuple(urls_of_metrics))
                 )
-        stack.callback(lambda: _parallel([r.stop for r in procs.values()]))
+        everyone = [r for rs in procs.values() for r in rs]
+        stack.callback(lambda: _parallel([r.stop for r in everyone]))
         # One after the other, upstream first: JVMs starting together on a small machine starve
         # Spark's Python workers past their fixed 10 s connect-back limit (the query then
         # restarts from its checkpoint, but the run loses a minute).
-        for r in procs.values():
+        for r in everyone:
             r.start()
         _warm_up(hops)
         watched = {f"{c}:{st}": (urls[c], st) for c, st in _streams_of(spec)}
@@ -207,8 +231,8 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
         outage_thread.join()
         truths = _settle(spec, hops)
         time.sleep(2)  # anything late (a wrong advisory) arrives too
-        finals = {h.label: scrape(h.metrics_url, worker=h.hop.name) for h in hops}
-        _parallel([r.stop for r in procs.values()])
+        finals = {h.label: scrape(h.metrics_url(), worker=h.hop.name) for h in hops}
+        _parallel([r.stop for r in everyone])
         sampler.stop()
         observed = []
         for h in hops:
@@ -248,7 +272,7 @@ def _warm_up(hops: list[HopRef], timeout: float = 240) -> None:
             continue
         while True:
             with contextlib.suppress(OSError):
-                if scrape(h.metrics_url, worker=h.hop.name)["batches"] >= 1:
+                if scrape(h.metrics_url(), worker=h.hop.name)["batches"] >= 1:
                     break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{h.label}: no micro-batch ran within {timeout:.0f}s; see its log")
@@ -266,15 +290,27 @@ def _streams_of(spec: ScenarioSpec) -> list[tuple[str, str]]:
     return list(dict.fromkeys(out))
 
 
-def _outages(rep: ReplicatorProcess, p: ProcessSpec, t0: float, speedup: float, name: str) -> None:
+def _leader(instances: list[ReplicatorProcess], p: ProcessSpec) -> ReplicatorProcess:
+    """The instance copying p's first stream entry now (the first instance if none is)."""
+    key = f"{p.streams[0].stream}/{p.streams[0].name}"
+    for r in instances:
+        if _stream_state(r.port, key) == "replicating":
+            return r
+    return instances[0]
+
+
+def _outages(
+    instances: list[ReplicatorProcess], p: ProcessSpec, t0: float, speedup: float, name: str
+) -> None:
     for o in sorted(p.down, key=lambda o: o.at):
         begin, end = o.at / speedup, (o.at + o.duration) / speedup
         time.sleep(max(0.0, begin - (time.monotonic() - t0)))
+        rep = _leader(instances, p)
         log.info(
             "%s: %s replicator %s for %.1fs",
             name,
             "kill -9 of" if o.kill else "stopping",
-            p.name,
+            rep.config.stem,
             end - begin,
         )
         if o.kill:
@@ -300,6 +336,8 @@ def _settle(spec: ScenarioSpec, hops: list[HopRef]) -> dict[str, tuple[Truth, in
         for p, hop in level:
             h = by_key[(p.name, hop.name)]
             source = asyncio.run(read_all(h.source_url, hop.stream))
+            if hop.filter_subject:  # a partition: its share of the stream
+                source = [m for m in source if subject_matches(m.subject, hop.filter_subject)]
             ext, params = _params(hop, spec.scenario.speedup)
             truth = ground_truth(source, ext, params)
             truths[h.label] = (truth, source[-1].seq if source else 0)
@@ -410,6 +448,17 @@ async def _create_streams(urls: dict[str, str], spec: ScenarioSpec) -> None:
     for _, h in spec.hops():
         if h.sampling:
             wanted[(h.source, h.advisory_stream)] = [h.advisory_subject.replace("%s", "*").replace("%v", ">")]
+    elected = {h.source for p in spec.processes() if p.instances > 1 for h in p.streams}
+    for name in elected:
+        nc = await nats.connect(urls[name].split(","))
+        try:
+            await nc.jetstream().create_key_value(
+                KeyValueConfig(
+                    bucket=ELECTION_BUCKET, ttl=ELECTION_TTL_S, replicas=min(3, clusters[name].servers)
+                )
+            )
+        finally:
+            await nc.close()
     for (name, stream), subjects in wanted.items():
         nc = await nats.connect(urls[name].split(","))
         try:

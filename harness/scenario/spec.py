@@ -72,6 +72,8 @@ class ReplicatorSpec(SamplingSpec):
 
     down: list[Outage] = Field(default_factory=list)
     """Windows (scenario time) in which the replicator is stopped."""
+    instances: int = Field(default=1, ge=1, le=4)
+    """Replicators run with the same config and leader election (see ProcessSpec)."""
 
 
 class Expect(_Strict):
@@ -103,8 +105,11 @@ class HopSpec(SamplingSpec):
     def target_name(self) -> str:
         return self.target_stream or self.stream
 
-    def entry(self, source_url: str, target_url: str, speedup: float) -> dict[str, Any]:
-        """The Choria-format stream entry, durations compressed by the speedup."""
+    filter_subject: str = ""
+
+    def entry(self, source_url: str, target_url: str, speedup: float, candidate: str = "") -> dict[str, Any]:
+        """The Choria-format stream entry, durations compressed by the speedup; `candidate`:
+        its leader_election_name."""
         entry: dict[str, Any] = {
             "name": self.name,
             "stream": self.stream,
@@ -112,6 +117,10 @@ class HopSpec(SamplingSpec):
             "source_url": source_url,
             "target_url": target_url,
         }
+        if self.filter_subject:
+            entry["filter_subject"] = self.filter_subject
+        if candidate:
+            entry["leader_election_name"] = candidate
         if self.sampling:
             for key in ("inspect_field", "inspect_header", "inspect_subject_token", "inspect_force_field"):
                 if getattr(self, key):
@@ -133,6 +142,10 @@ class ProcessSpec(_Strict):
     streams: list[HopSpec] = Field(min_length=1)
     down: list[Outage] = Field(default_factory=list)
     """Windows (scenario time) in which this replicator is stopped."""
+    instances: int = Field(default=1, ge=1, le=4)
+    """More than 1: that many processes with this config, each entry leader-elected (candidate
+    `<name>-<i>`), sharing one state_store; an outage then stops or kills whichever instance
+    leads the first stream entry at that moment, and it comes back as a standby."""
 
 
 class ScenarioSpec(_Strict):
@@ -241,9 +254,16 @@ class ScenarioSpec(_Strict):
             target_stream=top.target_stream,
             advisory_stream=top.advisory_stream,
             expect=self.expect,
-            **r.model_dump(exclude={"down"}),
+            **r.model_dump(exclude={"down", "instances"}),
         )
-        return [ProcessSpec(name=f"sr_{self.scenario.name}".replace("-", "_"), streams=[hop], down=r.down)]
+        return [
+            ProcessSpec(
+                name=f"sr_{self.scenario.name}".replace("-", "_"),
+                streams=[hop],
+                down=r.down,
+                instances=r.instances,
+            )
+        ]
 
     def hops(self) -> list[tuple[ProcessSpec, HopSpec]]:
         return [(p, h) for p in self.processes() for h in p.streams]

@@ -72,6 +72,21 @@ async def sequence_at_time(nc: Client, stream: str, when: datetime, direct: bool
     return int(body["message"]["seq"])
 
 
+async def last_sequence(nc: Client, info: StreamInfo, filter_subject: str = "") -> int:
+    """The stream's last sequence, or that of its last message on `filter_subject` (0: none):
+    what an entry reading only that subject has left to read up to."""
+    if not filter_subject:
+        return int(info.state.last_seq)
+    req = json.dumps({"last_by_subj": filter_subject}).encode()
+    resp = await nc.request(f"$JS.API.STREAM.MSG.GET.{info.config.name}", req, timeout=10)
+    body = json.loads(resp.data)
+    if "error" in body:
+        if body["error"].get("code") == 404:
+            return 0
+        raise APIError.from_error(body["error"])
+    return int(body["message"]["seq"])
+
+
 async def message_time_ms(nc: ReplicatorClient, stream: str, seq: int, direct: bool) -> int | None:
     """The stored time of message `seq` (None if it is gone)."""
     reader = DirectReader(nc, stream)

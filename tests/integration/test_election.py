@@ -261,6 +261,15 @@ def test_a_sampled_stream_across_a_kill_9_of_its_leader(
         assert copied_seqs == want_copied
         assert advs == want_advs
         assert len({d["event_id"] for d in docs}) == len(docs)
+        # The stored advisories, searched as Choria's admin command does, about one sender.
+        sender = advs[0][0]
+        shown = cli("admin", "advisories", "ADV", sender, "--since", "1h", "--server", src)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert lines[0] == f"Searching {len(docs):,} messages for advisories related to {sender}"
+        assert (
+            len(lines) - 1 == sum(1 for a in advs if a[0] == sender) and f"     new {sender} seen" in lines[1]
+        )
         return
     # A standby with a store of its own starts with no state after the target's last copy:
     # every sender still reaches the target, nothing twice; what it redoes is counted here
