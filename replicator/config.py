@@ -87,6 +87,10 @@ def _refuse_choria(v: Any) -> Any:
     return v
 
 
+# A `choria:` block: the key is known (Choria's), its use refused with why.
+ChoriaCredentials = Annotated[Any, BeforeValidator(_refuse_choria)]
+
+
 class HeartbeatSubject(_Strict):
     """A subject heartbeats go to, with its own interval and headers (over the shared ones)."""
 
@@ -114,12 +118,7 @@ class HeartbeatConfig(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     subjects: list[HeartbeatSubject] = Field(min_length=1)
     tls: TLSConfig | None = None
-    choria: Any = None
-
-    @field_validator("choria")
-    @classmethod
-    def _no_choria(cls, v: Any) -> Any:
-        return _refuse_choria(v)
+    choria: ChoriaCredentials = None
 
     @field_validator("url")
     @classmethod
@@ -172,9 +171,9 @@ class StreamConfig(_Strict):
     # further ahead, for a replicator placed near the target across a long link.
     ephemeral: bool = False
     target_initiated: bool = False
-    choria: Any = None
-    source_choria: Any = None
-    target_choria: Any = None
+    choria: ChoriaCredentials = None
+    source_choria: ChoriaCredentials = None
+    target_choria: ChoriaCredentials = None
     # Extensions of this replicator (not in the Choria format).
     # Each copy names the one before it (Nats-Expected-Last-Msg-Id): strict order in the target
     # even when a publish fails mid-batch. Off for targets others write to (found out anyway).
@@ -186,11 +185,6 @@ class StreamConfig(_Strict):
     # Shuffle partitions of the sampled query (tasks that hold the buckets' state); fixed in the
     # checkpoint at its first batch. Default: one per 16 buckets.
     sampling_partitions: int | None = Field(default=None, ge=1, le=4096)
-
-    @field_validator("choria", "source_choria", "target_choria")
-    @classmethod
-    def _no_choria(cls, v: Any) -> Any:
-        return _refuse_choria(v)
 
     @field_validator("stream", "target_stream")
     @classmethod
@@ -309,15 +303,10 @@ class Config(_Strict):
     heartbeats: HeartbeatConfig | None = None
     # Go's pprof endpoints; here: Spark's web UI (port 4040 and up) for the jobs and their timings.
     profiling: bool = False
-    choria: Any = None
+    choria: ChoriaCredentials = None
     # Extensions: where the Spark job runs, and extra Spark settings.
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("choria")
-    @classmethod
-    def _no_choria(cls, v: Any) -> Any:
-        return _refuse_choria(v)
 
     @field_validator("monitor_address")
     @classmethod

@@ -176,7 +176,7 @@ class Election:
 
     async def _campaign(self, kv: Any) -> float:
         """One campaign step; returns the seconds until the next."""
-        from nats.js.errors import KeyWrongLastSequenceError
+        from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
         assert self.lease is not None
         self.campaigns += 1
@@ -185,8 +185,10 @@ class Election:
         if self.revision is None:
             try:
                 self.revision = await kv.create(self.key, self.value)
-            except KeyWrongLastSequenceError:
-                return CANDIDATE_INTERVAL_S  # someone holds it
+            except (KeyWrongLastSequenceError, KeyNotFoundError):
+                # Someone holds it (or its key expired between the client's two steps of a
+                # create): ask again in a second.
+                return CANDIDATE_INTERVAL_S
             self.lease.renewed(sent)
             log.warning("%s: became the leader (%s)", self.label, self.key)
             self._set(True)

@@ -16,6 +16,7 @@ import pytest
 from helpers import cli, create_stream, run, start_replicator, wait_for, write_config
 from nats.js.api import KeyValueConfig
 
+from harness.faultproxy import FaultProxy
 from harness.localnats import NatsCluster
 from harness.process import ReplicatorProcess
 from harness.scrape import scrape
@@ -25,7 +26,7 @@ from replicator.election import BUCKET
 from replicator.headers import parse_source_header
 from replicator.nats.wire import first_value
 
-from .test_faults import LivePublisher, _create_source, source, target  # noqa: F401 (fixtures)
+from .test_faults import LivePublisher, _create_source, _port, source, target  # noqa: F401 (fixtures)
 from .test_sampling import (
     INSPECT_MS,
     SUBJECTS,
@@ -36,6 +37,7 @@ from .test_sampling import (
     got,
     params,
     sampling_stream,
+    settle_expected,
 )
 
 pytestmark = pytest.mark.integration
@@ -94,6 +96,7 @@ def test_one_leader_copies_and_a_standby_takes_over_within_15s_of_each_kill_9(
             b = start_replicator(configs["b"])
             procs.append(b)
             wait_for(lambda: "campaigning for SR_dc1_REG" in b.output(), 120, "b campaigning", b)
+            b.wait_ready(120)  # its idle query running
             time.sleep(3)
             assert "became the leader" not in b.output()  # one leader at a time
             shown = cli("admin", "election", "--config", str(configs["b"]))
@@ -106,6 +109,7 @@ def test_one_leader_copies_and_a_standby_takes_over_within_15s_of_each_kill_9(
             a = start_replicator(configs["a"])
             procs.append(a)
             wait_for(lambda: "campaigning for SR_dc1_REG" in a.output(), 120, "a campaigning again", a)
+            a.wait_ready(120)
             time.sleep(3)
             times.append(failover(b, a))
             print(
@@ -169,6 +173,7 @@ def test_ours_and_the_go_original_share_one_election_and_ours_continues_after_th
             assert run(leader_of(src, "SR_dc1_REG")) == "go-1"
             ours = start_replicator(py_cfg)
             wait_for(lambda: "campaigning for SR_dc1_REG" in ours.output(), 120, "ours campaigning", ours)
+            ours.wait_ready(120)
             time.sleep(3)
             assert "became the leader" not in ours.output()  # the Go instance still leads
             assert run(leader_of(src, "SR_dc1_REG")) == "go-1"
@@ -243,14 +248,12 @@ def test_a_sampled_stream_across_a_kill_9_of_its_leader(
         wait_for(lambda: run(count(dst, "REG")) > before, 90, "b's first copy", b)
         print(f"\nsampled failover: b's first copy {time.monotonic() - died:.1f} s after the kill")
         assert fleet.wait(180) == 0, fleet.stderr.read() if fleet.stderr else ""
-        want_copied, want_advs = expected(src, "REG", by_sender_field, params())
         if shared:
-            wait_for(lambda: run(count(src, "ADV")) >= len(want_advs), 120, "every advisory", b)
-            wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "every copy", b)
+            want_copied, want_advs = settle_expected(src, dst, b)
         else:
+            want_copied, want_advs = expected(src, "REG", by_sender_field, params())
             wait_for(lambda: scrape(b.metrics_url)["lag"] == 0, 120, "b caught up", b)
-            time.sleep(WARN_MS / 1000 + INSPECT_MS / 1000)  # its own timeouts and expiries
-        time.sleep(2)
+            time.sleep(WARN_MS / 1000 + INSPECT_MS / 1000 + 2)  # its own timeouts and expiries
         assert b.stop() == 0, b.output()
     finally:
         for p in procs.values():
@@ -333,6 +336,7 @@ def test_partitions_of_one_stream_are_elected_apart_and_move_together_when_their
             y = start_replicator(tmp_path / "y" / "sr.yaml")
             procs.append(y)
             wait_for(lambda: y.output().count("campaigning for SR_") == 2, 120, "y campaigning for both", y)
+            y.wait_ready(120)
             time.sleep(3)
             assert "became the leader" not in y.output()
             shown = cli("admin", "election", "--config", str(tmp_path / "y" / "sr.yaml")).stdout
@@ -361,3 +365,61 @@ def test_partitions_of_one_stream_are_elected_apart_and_move_together_when_their
     finally:
         for p in procs:
             p.kill9()
+
+
+def test_a_leader_cut_off_from_the_source_cluster_stops_before_the_standby_starts(
+    source: NatsCluster,  # noqa: F811
+    target: NatsCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The leader's link to the source cluster (where the election lives) goes half-open: it
+    cannot renew, its lease ends before the key expires, the standby takes over; when the link
+    comes back the old leader stands by. The target: every message once, in order, so the two
+    never published at once. A bucket without a TTL is refused first, with how to fix it."""
+    src, dst = source.url, target.url
+    run(_create_source(src))
+    run(create_bucket(src, 0))  # no TTL: a dead leader's key would never expire
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    procs = []
+    with FaultProxy(_port(src)) as link, LivePublisher(src, rate=200):
+        cfg_a = write_config(tmp_path / "a" / "sr.yaml", "dc1", [entry(link.url, dst, "host-a")])
+        cfg_b = write_config(tmp_path / "b" / "sr.yaml", "dc1", [entry(src, dst, "host-b")])
+        try:
+            a = start_replicator(cfg_a)
+            procs.append(a)
+            wait_for(lambda: "has a TTL of none" in a.output(), 120, "the no-TTL refusal", a)
+            run(delete_bucket(src))
+            run(create_bucket(src, TTL_S))
+            wait_for(lambda: run(count(dst, "REG")) >= 500, 120, "a's copies", a)
+            b = start_replicator(cfg_b)
+            procs.append(b)
+            wait_for(lambda: "campaigning for SR_dc1_REG" in b.output(), 120, "b campaigning", b)
+            b.wait_ready(120)
+            time.sleep(2)
+            link.half_open()
+            wait_for(lambda: "became the leader" in b.output(), 60, "b leading", b)
+            wait_for(lambda: "lost the leadership" in a.output(), 30, "a giving up", a)
+            time.sleep(5)
+            link.restore()
+            wait_for(lambda: "standing by" in a.output(), 60, "a standing by", a)
+            time.sleep(2)
+        except BaseException:
+            for p in procs:
+                p.kill9()
+            raise
+    try:
+        wait_for(lambda: run(count(dst, "REG")) == run(count(src, "REG")), 120, "the copy to catch up", b)
+        assert run(copy_differences(src, "REG", dst, "REG")) == []  # nothing twice: never two publishers
+        assert a.stop() == 0 and b.stop() == 0
+    finally:
+        for p in procs:
+            p.kill9()
+
+
+async def delete_bucket(url: str) -> None:
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().delete_key_value(BUCKET)
+    finally:
+        await nc.close()

@@ -27,7 +27,7 @@ from harness.localnats import NatsCluster, local_cluster
 from harness.streams import copy_differences
 from harness.streams import count_messages as count
 
-from .test_sampling import SUBJECTS, by_sender_field, expected, fleet_file, got, params, sampling_stream
+from .test_sampling import SUBJECTS, fleet_file, got, sampling_stream, settle_expected
 
 pytestmark = pytest.mark.integration
 
@@ -262,10 +262,7 @@ def test_a_sampled_stream_through_cuts_a_half_open_link_and_restarts_copies_and_
             time.sleep(2)
             source.servers[0].start()
             assert fleet.wait(180) == 0, fleet.stderr.read() if fleet.stderr else ""
-            want_copied, want_advs = expected(src, "REG", by_sender_field, params())
-            wait_for(lambda: run(count(src, "ADV")) >= len(want_advs), 120, "every advisory", rep)
-            wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "every copy", rep)
-            time.sleep(2)  # nothing more may arrive
+            want_copied, want_advs = settle_expected(src, dst, rep)
         finally:
             assert rep.stop() == 0, rep.output()
     copied_seqs, advs, docs = got(src, dst, "REG", "ADV", "dc1")

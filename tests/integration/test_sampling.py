@@ -137,6 +137,16 @@ def params(stream: str = "REG") -> SamplingParams:
     return SamplingParams(inspect_ms=INSPECT_MS, warn_ms=WARN_MS, size_trigger=300, stream=stream)
 
 
+def settle_expected(src: str, dst: str, proc: Any, timeout: float = 120) -> tuple[list[int], list[Any]]:
+    """What the rules give for the source stream as it is now (copies, advisories), once the
+    target and the advisory stream hold that much, and two seconds for anything extra to land."""
+    want_copied, want_advs = expected(src, "REG", by_sender_field, params())
+    wait_advisories(src, len(want_advs), proc, timeout)
+    wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "every copy", proc)
+    time.sleep(2)  # nothing more may arrive
+    return want_copied, want_advs
+
+
 def wait_advisories(src: str, n: int, proc: Any, timeout: float = 60) -> None:
     wait_for(lambda: run(count(src, "ADV")) >= n, timeout, f"{n} advisories", proc)
 
@@ -163,10 +173,7 @@ def test_fleet_sampling_matches_the_rules_copy_by_copy_and_advisory_by_advisory(
     try:
         rep.wait_ready(120)
         emulate(scenario, src)
-        want_copied, want_advs = expected(src, "REG", by_sender_field, params())
-        wait_advisories(src, len(want_advs), rep)
-        wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "copies", rep)
-        time.sleep(2)  # nothing more may arrive
+        want_copied, want_advs = settle_expected(src, dst, rep, timeout=60)
         counted = advisories_counted(rep.metrics_url)
     finally:
         assert rep.stop() == 0, rep.output()
@@ -256,10 +263,7 @@ def test_kill_9_and_a_backlog_longer_than_warn_give_no_false_timeouts_and_nothin
     rep = start_replicator(cfg)
     try:
         assert fleet.wait(120) == 0, fleet.stderr.read() if fleet.stderr else ""
-        want_copied, want_advs = expected(src, "REG", by_sender_field, params())
-        wait_advisories(src, len(want_advs), rep, timeout=120)
-        wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "copies", rep)
-        time.sleep(2)
+        want_copied, want_advs = settle_expected(src, dst, rep)
     finally:
         assert rep.stop() == 0, rep.output()
     copied, advs, docs = got(src, dst, "REG", "ADV", "dc1")

@@ -14,7 +14,7 @@ from helpers import create_stream, publish, run, start_replicator, wait_for, wri
 from harness.smallfs import SmallFilesystem, fill
 from harness.streams import count_messages as count
 
-from .test_sampling import SUBJECTS, by_sender_field, expected, got, params, sampling_stream
+from .test_sampling import SUBJECTS, got, sampling_stream, settle_expected
 
 pytestmark = pytest.mark.integration
 
@@ -57,10 +57,7 @@ def test_a_full_state_store_is_one_clear_line_and_a_clean_continue_once_there_is
         wait_for(lambda: FULL in rep.output(), 90, "the full-disk line", rep)
         time.sleep(5)  # retrying meanwhile, in vain
         filler.unlink()  # room again
-        want_copied, want_advs = expected(src, "REG", by_sender_field, params())
-        wait_for(lambda: run(count(src, "ADV")) >= len(want_advs), 120, "every advisory", rep)
-        wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "every copy", rep)
-        time.sleep(2)  # nothing more may arrive
+        want_copied, want_advs = settle_expected(src, dst, rep)
     finally:
         assert rep.stop() == 0, rep.output()
     copied_seqs, advs, docs = got(src, dst, "REG", "ADV", "dc1")
