@@ -121,7 +121,8 @@ class NatsServer:
                 [nats_server_binary(), "-c", str(self.config_file)], stdout=log, stderr=log
             )
         try:
-            _wait_port("127.0.0.1", self.port, proc=self.proc)
+            # A restarted server recovers its JetStream store before it listens: slow on a busy host.
+            _wait_port("127.0.0.1", self.port, timeout=60.0, proc=self.proc)
         except RuntimeError as e:
             self.stop()
             tail = self.log_file.read_text(errors="replace")[-1500:]

@@ -3,7 +3,9 @@ last line, how fast, and how far behind the source it is."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 # Seconds between two progress lines of a stream.
 PROGRESS_INTERVAL_S = 30.0
@@ -24,3 +26,23 @@ class Progress:
         self._last = (now, received, copied)
         behind = "unknown" if lag is None else f"{lag:,}"
         return f"{received:,} read, {copied:,} copied{rate}; lag {behind} messages"
+
+
+# A batch slower than this gets a line with where its time went (Spark's own breakdown).
+SLOW_BATCH_S = 5.0
+
+
+def slow_batch_line(progress: Mapping[str, Any], threshold_s: float = SLOW_BATCH_S) -> str | None:
+    """The line for a finished batch (a StreamingQueryProgress as a dict) that took longer than
+    `threshold_s`, naming its slowest steps; None for a batch that did not."""
+    durations = progress.get("durationMs") or {}
+    total_s = float(durations.get("triggerExecution", 0)) / 1000
+    if total_s < threshold_s:
+        return None
+    steps = sorted(
+        ((k, float(v) / 1000) for k, v in durations.items() if k != "triggerExecution" and v >= 100),
+        key=lambda kv: -kv[1],
+    )
+    where = ", ".join(f"{k} {s:.1f} s" for k, s in steps) or "no step over 0.1 s"
+    rows = int(progress.get("numInputRows", 0))
+    return f"batch {progress.get('batchId')} took {total_s:.1f} s ({where}); {rows:,} rows"

@@ -59,6 +59,17 @@ def checkpoint_dir(cfg: Config, s: StreamConfig) -> Path:
     return entry_dir(cfg, s) / "checkpoint"
 
 
+def crash_leftovers(checkpoint: Path) -> list[Path]:
+    """Spark's half-written offset and commit log files (`.<batch>.<uuid>.tmp`, renamed into
+    place once written) that a kill -9 left behind. Spark never reads them, but a stateful
+    query's first batch refuses to run while its offset log holds any file
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY), so a kill during that batch's log write
+    would stop the stream for good."""
+    return sorted(
+        p for log in ("offsets", "commits") for p in (checkpoint / log).glob(".*.tmp") if p.is_file()
+    )
+
+
 def initial_offset_path(cfg: Config, s: StreamConfig) -> Path:
     """Inside the checkpoint: removing the checkpoint (to copy again) removes it too."""
     return checkpoint_dir(cfg, s) / "sr-initial-offset.json"
@@ -227,6 +238,9 @@ class StreamReplication:
         ckpt = checkpoint_dir(self.cfg, self.s)
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         stopping_path(self.cfg, self.s).unlink(missing_ok=True)  # left by a stop that was cut short
+        for leftover in crash_leftovers(ckpt):
+            leftover.unlink(missing_ok=True)
+            self.log.info("removed %s, a log file half-written when the last run was killed", leftover.name)
         df = spark.readStream.format("nats-jetstream").options(**self.reader_options().to_spark()).load()
         sink: Any = self.sink
         partitions = None
@@ -325,6 +339,15 @@ class StreamReplication:
                 q is not None and q.isActive and q.status.get("message") == "Waiting for data to arrive"
             )
         return self.query is not None and self.batch_started.is_set()
+
+    def warmed(self) -> bool:
+        """Whether a hot standby's query has run its first batch (the warm-up that reads
+        nothing: replicator.spark.datasource), so a takeover does not wait for it."""
+        q = self.query
+        try:
+            return q is not None and q.isActive and q.lastProgress is not None
+        except Exception:  # the query ending between the two calls
+            return False
 
     def leading(self) -> bool:
         """Whether this instance may copy the entry now (always, without an election)."""

@@ -20,7 +20,7 @@ from replicator.config import Config, StreamConfig
 from replicator.heartbeat import Heartbeats
 from replicator.metrics import metrics
 from replicator.monitor import Readiness, StreamState, serve
-from replicator.progress import PROGRESS_INTERVAL_S, Progress
+from replicator.progress import PROGRESS_INTERVAL_S, Progress, slow_batch_line
 from replicator.replication import StreamReplication, entry_dir
 from replicator.spark.planners import SOURCE_CREATION_MODULES, release_idle_planners
 from replicator.spark.session import build_session
@@ -53,6 +53,7 @@ class Runner:
         self.readiness = Readiness()
         self.backoff = {r.label: Backoff() for r in self.replications}
         self.progress = {r.label: Progress() for r in self.replications}
+        self._last_batch_seen: dict[str, int] = {}
         # Batches a stream's sink had handled when its query last started.
         self._batches_at_start: dict[str, int] = {}
         # Streams waiting to be started again, with when.
@@ -101,7 +102,7 @@ class Runner:
         if self.cfg.profiling and self.spark.sparkContext.uiWebUrl:
             log.info("profiling: Spark's web UI at %s", self.spark.sparkContext.uiWebUrl)
         # Spark's task workers start beside the first query's planning, not after it.
-        warm_task_workers(self.spark)
+        warm_task_workers(self.spark, sampling=any(r.s.sampling for r in self.replications))
         # PySpark installs its own SIGINT handler when the context starts; ours must win.
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self.request_stop)
@@ -133,6 +134,7 @@ class Runner:
                 for r in self.replications:
                     self._supervise(r)
                     r.update_lag()
+                    self._log_slow_batch(r)
                 if time.monotonic() >= next_progress:
                     next_progress += PROGRESS_INTERVAL_S
                     self._log_progress()
@@ -190,6 +192,8 @@ class Runner:
                 r.log.info("standing by")
             if r.hot_standby and (r.label in self._retries or r.query is None or not r.query.isActive):
                 return False  # its idle query failed or waits to be retried
+            if r.hot_standby and not r.warmed():
+                return True  # ready once the idle query's first batch (its warm-up) is over
             self.readiness.set(r.label, StreamState.STANDBY)
             return True
         if not r.took_over:
@@ -238,6 +242,20 @@ class Runner:
         del self._retries[r.label]
         self._start(r)
 
+    def _log_slow_batch(self, r: StreamReplication) -> None:
+        """A line for the query's last batch when it was slow (once per batch)."""
+        q = r.query
+        try:
+            p = q.lastProgress if q is not None and q.isActive else None
+        except Exception:  # the query ending between the two calls
+            return
+        if not p or p.get("batchId") == self._last_batch_seen.get(r.label):
+            return
+        self._last_batch_seen[r.label] = int(p.get("batchId", -1))
+        line = slow_batch_line(p)
+        if line is not None:
+            r.log.info(line)
+
     def _log_progress(self) -> None:
         now = time.monotonic()
         for r in self.replications:
@@ -266,7 +284,10 @@ class Runner:
             r.query = None
             self._schedule_retry(r)
         else:
-            self.readiness.set(r.label, StreamState.REPLICATING if r.leading() else StreamState.STANDBY)
+            if r.leading():
+                self.readiness.set(r.label, StreamState.REPLICATING)
+            elif not r.hot_standby:
+                self.readiness.set(r.label, StreamState.STANDBY)
             assert r.sink is not None
             self._batches_at_start[r.label] = r.sink.batches
             # Looking up and creating the data source ran on this thread, in start(): those

@@ -81,10 +81,13 @@ def wait_for(pred: Callable[[], bool], timeout: float, what: str, proc: Replicat
             return
         if proc is not None and not proc.alive():
             code = proc.proc.returncode if proc.proc else None
-            raise AssertionError(f"replicator exited ({code}) before {what}:\n{proc.output()}")
+            why = f"replicator exited ({code}) before {what}"
+            raise AssertionError(f"{why}:\n{proc.output()}\n-> {why}")
         time.sleep(0.25)
-    detail = f"\n{proc.output()}" if proc is not None else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+    # The reason goes last as well: a long log is cut in the middle when CI prints it.
+    why = f"timed out after {timeout}s waiting for {what} (at {time.strftime('%H:%M:%S')})"
+    detail = f"\n{proc.output()}\n-> {why}" if proc is not None else ""
+    raise AssertionError(f"{why}{detail}")
 
 
 def write_config(path: Path, name: str, streams: list[dict[str, Any]], **top: Any) -> Path:

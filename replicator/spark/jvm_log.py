@@ -46,6 +46,13 @@ _BATCH_FAILED = re.compile(
 _QUERY_THREAD_DIED = 'Exception in thread "stream execution thread'
 
 
+# A Python worker of Spark's whose task was cancelled (the runner stopped a query mid-batch)
+# finds its pipe to the JVM closed: pyspark's daemon prints the BrokenPipeError's traceback.
+_PYTHON_TRACEBACK = "Traceback (most recent call last):"
+_WORKER_PIPE_CLOSED = re.compile(r"^(BrokenPipeError|ConnectionResetError)\b")
+_DAEMON_FRAME = re.compile(r'^\s+File ".*pyspark/daemon\.py"')
+
+
 class JvmOutput:
     """Classifies the JVM's lines one after another: a stack trace that follows a record being
     dropped is dropped with it."""
@@ -53,6 +60,38 @@ class JvmOutput:
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
         self._dropping = False
+        self._traceback: list[str] | None = None
+
+    def feed(self, line: str) -> list[tuple[int, str]]:
+        """What to log for the next line: a Python traceback is held until its last line, and a
+        cancelled task's closed pipe in pyspark's daemon becomes one debug line."""
+        line = line.rstrip("\r\n")
+        if self._traceback is None:
+            if line.startswith(_PYTHON_TRACEBACK):
+                self._traceback = [line]
+                return []
+            out = self.classify(line)
+            return [out] if out is not None else []
+        self._traceback.append(line)
+        if line[:1].isspace():
+            return []
+        return self._end_traceback()
+
+    def _end_traceback(self) -> list[tuple[int, str]]:
+        block, self._traceback = self._traceback or [], None
+        frames = [x for x in block[1:-1] if x.lstrip().startswith("File ")]
+        if (
+            self.quiet
+            and frames
+            and all(_DAEMON_FRAME.match(f) for f in frames)
+            and _WORKER_PIPE_CLOSED.match(block[-1])
+        ):
+            return [(logging.DEBUG, f"a Python worker's task was cancelled ({block[-1]})")]
+        return [out for x in block if (out := self.classify(x)) is not None]
+
+    def flush(self) -> list[tuple[int, str]]:
+        """Whatever a traceback cut short by the end of the output held."""
+        return self._end_traceback() if self._traceback is not None else []
 
     def classify(self, line: str) -> tuple[int, str] | None:
         out = classify(line, self.quiet)
@@ -92,9 +131,10 @@ def forward_jvm_output(stream: IO[bytes], quiet: bool) -> threading.Thread:
     def _pump() -> None:
         with stream:
             for raw in iter(stream.readline, b""):
-                out = lines.classify(raw.decode("utf-8", "replace"))
-                if out is not None:
+                for out in lines.feed(raw.decode("utf-8", "replace")):
                     log.log(*out)
+            for out in lines.flush():
+                log.log(*out)
 
     t = threading.Thread(target=_pump, name="jvm-output", daemon=True)
     t.start()

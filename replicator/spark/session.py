@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from replicator.spark.pyworker import worker_python
+
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
@@ -70,7 +72,10 @@ def build_session(
     # JVM's ~60 threads touch many: 2 arenas took ~90 MB off the JVM's RSS (one-off run).
     # Set before the JVM starts, so it and every Python worker it starts inherit it.
     os.environ.setdefault("MALLOC_ARENA_MAX", "2")
-    os.environ["PYSPARK_PYTHON"] = py
+    # In local mode the workers start through a script that lets them import the compiled
+    # pyspark package rather than its zip (replicator.spark.pyworker): ~3x faster starts.
+    workers = worker_python(py) if master.startswith("local") else py
+    os.environ["PYSPARK_PYTHON"] = workers
     os.environ["PYSPARK_DRIVER_PYTHON"] = py
     from pyspark.sql import SparkSession
 
@@ -79,9 +84,9 @@ def build_session(
 
     builder = SparkSession.builder.master(master).appName(app_name)
     merged = dict(DEFAULT_CONF)
-    merged["spark.pyspark.python"] = py
+    merged["spark.pyspark.python"] = workers
     merged["spark.pyspark.driver.python"] = py
-    merged["spark.executorEnv.PYSPARK_PYTHON"] = py
+    merged["spark.executorEnv.PYSPARK_PYTHON"] = workers
     if not master.startswith("local"):
         # On a cluster the driver must be reachable from executors on other hosts.
         merged.pop("spark.driver.bindAddress")

@@ -26,13 +26,25 @@ def _import_reader_modules(batches: Iterator[Any]) -> Iterator[Any]:
     yield from batches
 
 
-def warm_task_workers(spark: Any) -> None:
-    """Run the warm-up job on a background thread (best effort: a failure only logs)."""
+def _import_sampling_modules(batches: Iterator[Any]) -> Iterator[Any]:
+    # The sampling step's pandas UDF runs in these same (reused) workers: pandas and the
+    # decision code load now, not in a new leader's first batch.
+    import pandas  # noqa: F401
+
+    import replicator.spark.sampling  # noqa: F401
+
+    yield from _import_reader_modules(batches)
+
+
+def warm_task_workers(spark: Any, sampling: bool = False) -> None:
+    """Run the warm-up job on a background thread (best effort: a failure only logs);
+    `sampling`: some stream samples (its workers need pandas too)."""
     slots = max(1, int(spark.sparkContext.defaultParallelism))
+    imports = _import_sampling_modules if sampling else _import_reader_modules
 
     def run() -> None:
         try:
-            spark.range(0, slots, 1, slots).mapInArrow(_import_reader_modules, "id long").collect()
+            spark.range(0, slots, 1, slots).mapInArrow(imports, "id long").collect()
         except Exception as e:
             log.debug("warming Spark's task workers failed (%s)", e)
 

@@ -47,19 +47,21 @@ def test_start_positions_filter_and_max_age(source_server, nats_server, tmp_path
     cut = datetime.now(UTC)
     time.sleep(0.2)
     run(publish(src, [("time.a", b"new", None) for _ in range(10)]))
-    # max_age 3s: 50 messages that will be old by the time the replicator starts, then fresh ones later.
+    # max_age 10s: 50 messages that will be old by the time the replicator starts, then fresh ones
+    # published once AGE's query runs (each must be copied within 10 s of its publish).
     run(publish(src, [("age.x", b"stale", None) for _ in range(50)]))
+    stale_at = time.monotonic()
     streams = [
         {"name": "seq", "stream": "SEQ", "start_sequence": 91},
         {"name": "time", "stream": "TIME", "start_time": cut.isoformat()},
         {"name": "end", "stream": "END", "start_at_end": True},
         {"name": "filt", "stream": "FILT", "filter_subject": "filt.a"},
-        {"name": "age", "stream": "AGE", "max_age": "3s"},
+        {"name": "age", "stream": "AGE", "max_age": "10s"},
     ]
     for s in streams:
         s.update(source_url=src, target_url=dst, target_stream=f"T_{s['stream']}", target_subject_prefix="t")
     cfg = write_config(tmp_path / "sr.yaml", "dc1", streams)
-    time.sleep(3.5)
+    time.sleep(max(0.0, stale_at + 10.5 - time.monotonic()))
     rep = start_replicator(cfg)
     try:
         wait_for(lambda: run(count(dst, "T_SEQ")) >= 10, 180, "SEQ copied", rep)
@@ -67,6 +69,7 @@ def test_start_positions_filter_and_max_age(source_server, nats_server, tmp_path
         wait_for(lambda: run(count(dst, "T_TIME")) >= 10, 60, "TIME copied", rep)
         # Only after start: END copies what arrives now; AGE copies fresh messages.
         run(publish(src, [("end.a", b"after", None) for _ in range(5)]))
+        wait_for(lambda: "AGE/age: replicating" in rep.output(), 60, "AGE's query", rep)
         run(publish(src, [("age.x", b"fresh", None) for _ in range(7)]))
         wait_for(lambda: run(count(dst, "T_END")) >= 5, 60, "END copied", rep)
         wait_for(lambda: run(count(dst, "T_AGE")) >= 7, 60, "AGE copied", rep)

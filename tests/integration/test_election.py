@@ -78,7 +78,9 @@ def test_one_leader_copies_and_a_standby_takes_over_within_15s_of_each_kill_9(
         died = time.monotonic()
         before = copies()
         wait_for(lambda: copies() > before, 60, "the standby's first copy", standby)
-        return time.monotonic() - died
+        took = time.monotonic() - died
+        assert took <= 15, f"{standby.output()}\n-> the standby's first copy came {took:.1f} s after the kill"
+        return took
 
     procs = [start_replicator(configs["a"])]
     try:
@@ -116,7 +118,6 @@ def test_one_leader_copies_and_a_standby_takes_over_within_15s_of_each_kill_9(
                 f"\nfailover (kill -9 to the standby's first copy, TTL {TTL_S:.0f} s): "
                 + ", ".join(f"{t:.1f} s" for t in times)
             )
-            assert max(times) <= 15, a.output()
             time.sleep(2)
         wait_for(lambda: copies() == run(count(src, "REG")), 120, "the copy to catch up", a)
         assert run(copy_differences(src, "REG", dst, "REG")) == []  # no gap, nothing twice, in order

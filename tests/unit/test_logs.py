@@ -134,3 +134,35 @@ def test_a_query_threads_death_is_one_line_unless_debugging() -> None:
     assert quiet.classify(died) == (logging.WARNING, died)
     assert [quiet.classify(frame) for _ in range(3)] == [None, None, None]
     assert JvmOutput(quiet=False).classify(frame) == (logging.WARNING, frame)
+
+
+DAEMON_BROKEN_PIPE = [
+    "Traceback (most recent call last):",
+    '  File "/v/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/daemon.py", line 264, in manager',
+    '  File "/v/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/daemon.py", line 95, in worker',
+    "BrokenPipeError: [Errno 32] Broken pipe",
+]
+
+
+def test_a_cancelled_tasks_closed_pipe_in_sparks_daemon_is_one_debug_line() -> None:
+    quiet = JvmOutput(quiet=True)
+    got = [out for line in DAEMON_BROKEN_PIPE for out in quiet.feed(line + "\n")]
+    assert got == [
+        (logging.DEBUG, "a Python worker's task was cancelled (BrokenPipeError: [Errno 32] Broken pipe)")
+    ]
+    loud = JvmOutput(quiet=False)
+    assert [text for line in DAEMON_BROKEN_PIPE for _, text in loud.feed(line)] == DAEMON_BROKEN_PIPE
+
+
+def test_any_other_python_traceback_is_shown_whole() -> None:
+    block = [
+        "Traceback (most recent call last):",
+        '  File "/work/replicator/spark/sink.py", line 10, in publish',
+        "    raise ValueError('x')",
+        "ValueError: x",
+    ]
+    quiet = JvmOutput(quiet=True)
+    got = [out for line in block for out in quiet.feed(line)]
+    assert got == [(logging.WARNING, line) for line in block]
+    cut_short = JvmOutput(quiet=True)
+    assert cut_short.feed(block[0]) == [] and cut_short.flush() == [(logging.WARNING, block[0])]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replicator.progress import Progress
+from replicator.progress import Progress, slow_batch_line
 
 
 def test_the_first_line_gives_totals_and_later_ones_the_rate_since_the_last() -> None:
@@ -12,3 +12,23 @@ def test_the_first_line_gives_totals_and_later_ones_the_rate_since_the_last() ->
         "31,000 read, 3,500 copied in the last 30s (1,000 msg/s read, 100 copied); lag 0 messages"
     )
     assert p.line(160.0, 31_000, 3_500, None).endswith("(0 msg/s read, 0 copied); lag unknown messages")
+
+
+def test_a_fast_batch_has_no_line() -> None:
+    assert slow_batch_line({"batchId": 3, "durationMs": {"triggerExecution": 900}}) is None
+
+
+def test_a_slow_batch_names_its_slowest_steps_first() -> None:
+    progress = {
+        "batchId": 7,
+        "numInputRows": 4299,
+        "durationMs": {
+            "triggerExecution": 12_300,
+            "addBatch": 10_100,
+            "queryPlanning": 1_200,
+            "walCommit": 40,
+        },
+    }
+    assert (
+        slow_batch_line(progress) == "batch 7 took 12.3 s (addBatch 10.1 s, queryPlanning 1.2 s); 4,299 rows"
+    )

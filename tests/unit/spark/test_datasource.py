@@ -75,3 +75,20 @@ def test_a_standby_reads_nothing_until_a_lease_says_where_the_target_ends(tmp_pa
     write_lease(lease, 50_000)  # taken over again, later: replaced whole
     assert read_lease(lease) == 50_000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["leading.json"]
+
+
+def test_a_standby_runs_one_batch_that_reads_nothing_then_waits_for_its_lease(tmp_path: Path) -> None:
+    """Spark's first batch in a process is slow; a standby runs it while it stands by (one empty
+    read task), not after it takes over. It reads nothing, however often Spark replays it."""
+    lease = str(tmp_path / "leading.json")
+    reader = NatsJetStreamReader(ReaderOptions(url="nats://127.0.0.1:1", stream="REG", lease_file=lease))
+    limit = reader.getDefaultReadLimit()
+    start = {"seq": 401}
+    warm = reader.latestOffset(start, limit)  # asks no server while standing by
+    assert warm == {"seq": 401, "warm": 1}
+    parts = reader.partitions(start, warm)
+    assert [(p.start, p.end) for p in parts] == [(401, 401)]  # type: ignore[attr-defined]
+    assert reader.latestOffset(warm, limit) == warm  # then nothing until it leads
+    assert reader.partitions(warm, warm) == []
+    restarted = NatsJetStreamReader(ReaderOptions(url="nats://127.0.0.1:1", stream="REG", lease_file=lease))
+    assert restarted.latestOffset(warm, limit) == {"seq": 401, "warm": 2}  # a new offset, once
