@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # make dist: wheel, sdist, packed environment and submit file for spark-submit (harness/dist.py).
-.PHONY: install dist image test test-unit test-integration demo bench bench-emulator loadtest scenarios lint format clean
+.PHONY: install dist image test test-unit test-integration demo bench bench-emulator loadtest scenarios scale-plan lint format clean
 
 install: $(STAMP)
 
@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/nats-server --version
 	# Spark's classes archived for a faster JVM start (optional: Spark runs without it).
 	$(BIN)/python -m harness jvm-archive || echo "warning: no JVM class archive; Spark starts ~4 s slower"
+	# checkov (scans terraform/ in the tests) in a venv of its own: its pins are not ours.
+	test -x $(VENV)/checkov/bin/checkov || ($(PYTHON) -m venv $(VENV)/checkov && \
+		$(VENV)/checkov/bin/pip install --quiet 'checkov>=3.2,<4')
 	touch $(STAMP)
 
 # Most integration tests wait on servers and Spark rather than use the CPU: TEST_WORKERS of them run
@@ -54,6 +57,11 @@ bench-emulator: install
 # Every shipped scenario on real NATS clusters (reports/scenarios/: JSON, PNG, logs).
 scenarios: install
 	$(BIN)/python -m harness scenario run scenarios/*.yaml
+
+# The EC2 scale test (terraform/, docs/scale-test.md): the plan of SCENARIO, and terraform's variables.
+SCENARIO ?= scenarios/scale/million-realtime.yaml
+scale-plan: install
+	$(BIN)/python -m harness scale plan $(SCENARIO)
 
 # USERS, SPAWN_RATE, DURATION, SOURCE_URL, TARGET_URL override (e.g. make loadtest USERS=2000).
 loadtest: install

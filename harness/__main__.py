@@ -14,6 +14,8 @@ app = typer.Typer(
 )
 scenario = typer.Typer(no_args_is_help=True, help="Run scenario files on real NATS servers.")
 app.add_typer(scenario, name="scenario")
+scale = typer.Typer(no_args_is_help=True, help="The EC2 scale test of a scenario (terraform/).")
+app.add_typer(scale, name="scale")
 
 
 def _fail(msg: str) -> None:
@@ -52,6 +54,30 @@ def scenario_run(
     )
     if failed:
         raise typer.Exit(1)
+
+
+@scale.command("plan")
+def scale_plan(
+    file: Annotated[Path, typer.Argument(help="Scenario YAML file")],
+    out: Annotated[Path, typer.Option(help="Where terraform.tfvars.json and hosts.json go")] = Path(
+        "terraform"
+    ),
+) -> None:
+    """Print the hosts, rates, data and cost of a scenario's EC2 run; write terraform's
+    variables and every host's command."""
+    from emulator.scenario import ScenarioError
+    from harness.scale.plan import make_plan, write_plan
+    from harness.scenario.spec import load_spec
+
+    try:
+        plan = make_plan(load_spec(file))
+    except (ScenarioError, ValueError) as e:
+        _fail(str(e))
+        return
+    typer.echo(plan.table())
+    relative = Path("..") / file if not file.is_absolute() else file
+    for path in write_plan(plan, out, str(relative)):
+        typer.echo(f"wrote {path}")
 
 
 @app.command("jvm-archive")

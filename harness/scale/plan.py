@@ -1,0 +1,306 @@
+"""The EC2 scale test of a scenario, planned: which hosts run what, how busy each cluster and
+replicator will be, what it costs an hour; and the files terraform and each host use.
+
+Pure: the same scenario file gives the same bytes. Host commands name other hosts as
+`{host:NAME}` (and the host itself as `{self}`); on EC2 each host puts in the fixed private
+addresses terraform gives them (terraform/templates/user_data.sh.tftpl), a rehearsal on this
+machine puts in 127.0.0.1 and a port per host.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from emulator.fleet import build_fleet
+from harness.scenario.spec import HopSpec, ScenarioSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+PRICES = ROOT / "terraform" / "prices.yaml"
+
+# What one host of each kind is planned to carry (docs/performance.md has the measurements
+# behind them, on a 2-core machine; EC2's 4-vCPU hosts get the same figure as headroom):
+# one emulator process published 17,525 acked msg/s of 1 KB; one replicator process read a
+# sampled 100,000-node fleet at 6,712 msg/s on 2 cores with its executors beside it.
+EMULATOR_MSGS_PER_HOST = 5_000.0
+SPARK_WORKER_MSGS = 5_000.0
+
+INSTANCE_TYPES = {
+    "nats": "m6i.xlarge",
+    "emulator": "c6i.xlarge",
+    "spark-master": "m6i.large",
+    "spark-worker": "r6i.xlarge",
+    "replicator": "m6i.xlarge",
+}
+FIRST_ADDRESS = 10  # hosts get .10, .11, ... of the subnet, in name order
+NATS_CLIENT, NATS_ROUTES, NATS_MONITOR = 4222, 6222, 8222
+SPARK_MASTER, SPARK_WORKER, SPARK_DRIVER, SPARK_BLOCKS = 7077, 7078, 7079, 7080
+REPLICATOR_METRICS = 9108
+SPARK_CLASS = '"$(python -c "import os, pyspark; print(os.path.dirname(pyspark.__file__))")/bin/spark-class"'
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    role: str
+    instance_type: str
+    command: str
+
+
+@dataclass
+class StreamLoad:
+    """One stream of the plan: where it is, how fast it fills, what it holds at the end."""
+
+    cluster: str
+    stream: str
+    msgs_per_s: float
+    mean_bytes: float
+    bytes_at_end: float
+
+
+@dataclass
+class Plan:
+    scenario: str
+    wall_seconds: float
+    hosts: list[Host]
+    streams: list[StreamLoad]
+    replicators: dict[str, float] = field(default_factory=dict)
+    """msg/s each replicator process reads."""
+    prices: dict[str, float] = field(default_factory=dict)
+    prices_date: str = ""
+
+    def cost_per_hour(self) -> float:
+        return sum(self.prices[h.instance_type] for h in self.hosts)
+
+    def tfvars(self, scenario_file: str) -> dict[str, Any]:
+        names = sorted(h.name for h in self.hosts)
+        return {
+            "scenario": self.scenario,
+            "scenario_file": scenario_file,
+            "hosts": {
+                h.name: {
+                    "role": h.role,
+                    "instance_type": h.instance_type,
+                    "address_index": FIRST_ADDRESS + names.index(h.name),
+                    "command": h.command,
+                }
+                for h in sorted(self.hosts, key=lambda h: h.name)
+            },
+        }
+
+    def table(self) -> str:
+        lines = [f"scale plan: {self.scenario} ({self.wall_seconds / 60:,.0f} min of wall time)", ""]
+        lines.append(f"{'role':<14}{'hosts':>6}  {'instance type':<14}{'$/h each':>9}")
+        roles: dict[str, list[Host]] = {}
+        for h in self.hosts:
+            roles.setdefault(h.role, []).append(h)
+        for role, hs in roles.items():
+            t = hs[0].instance_type
+            lines.append(f"{role:<14}{len(hs):>6}  {t:<14}{self.prices[t]:>9.4f}")
+        lines.append(f"{'total':<14}{len(self.hosts):>6}  {'':<14}{self.cost_per_hour():>9.2f} $/h")
+        lines.append(f"(on-demand prices of {self.prices_date}, terraform/prices.yaml)")
+        lines += ["", f"{'stream':<40}{'msg/s':>10}{'mean bytes':>12}{'at the end':>12}"]
+        for s in self.streams:
+            lines.append(
+                f"{s.cluster + '/' + s.stream:<40}{s.msgs_per_s:>10,.0f}{s.mean_bytes:>12,.0f}"
+                f"{_gb(s.bytes_at_end):>12}"
+            )
+        lines += ["", f"{'replicator':<40}{'reads msg/s':>12}"]
+        for name, rate in self.replicators.items():
+            lines.append(f"{name:<40}{rate:>12,.0f}")
+        return "\n".join(lines)
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.1f} GB"
+
+
+def load_prices(path: Path = PRICES) -> tuple[str, dict[str, float]]:
+    doc = yaml.safe_load(path.read_text())
+    return str(doc["date"]), {str(k): float(v) for k, v in doc["usd_per_hour"].items()}
+
+
+def _urls(cluster: str, servers: int) -> str:
+    return ",".join(f"nats://{{host:nats-{cluster}-{i}}}:{NATS_CLIENT}" for i in range(servers))
+
+
+def _nats_command(cluster: str, index: int, servers: int) -> str:
+    parts = [
+        "exec nats-server",
+        f"--name nats-{cluster}-{index}",
+        f"-a 0.0.0.0 -p {NATS_CLIENT} -m {NATS_MONITOR}",
+        "-js -sd /var/lib/stream-replicator/nats",
+    ]
+    if servers > 1:
+        routes = ",".join(
+            f"nats://{{host:nats-{cluster}-{i}}}:{NATS_ROUTES}" for i in range(servers) if i != index
+        )
+        parts += [
+            f"--cluster_name {cluster}",
+            f"--cluster nats://0.0.0.0:{NATS_ROUTES}",
+            f"--routes {routes}",
+        ]
+    return " ".join(parts)
+
+
+def _share(h: HopSpec, dcs: list[str]) -> list[str]:
+    """The data centres whose messages a hop's filter_subject keeps (all without one)."""
+    if not h.filter_subject:
+        return dcs
+    tokens = set(h.filter_subject.split("."))
+    return [dc for dc in dcs if dc in tokens]
+
+
+def _copied_fraction(h: HopSpec, interval: float) -> float:
+    if not h.sampling:
+        return 1.0
+    if h.expect.copy_ratio is not None:
+        return 1.0 / max(1.0, h.expect.copy_ratio[0])
+    assert h.inspect_duration is not None
+    return min(1.0, interval / h.inspect_duration)
+
+
+def _config_json(entries: list[dict[str, Any]], name: str, spark_master: str) -> str:
+    """The replicator's config as one JSON line (JSON is YAML), safe inside single quotes."""
+    cfg = {
+        "name": name,
+        "monitor_port": REPLICATOR_METRICS,
+        "state_store": "/var/lib/stream-replicator/state",
+        "spark_master": spark_master,
+        "spark_conf": {
+            "spark.driver.host": "{self}",
+            "spark.driver.port": str(SPARK_DRIVER),
+            "spark.blockManager.port": str(SPARK_BLOCKS),
+        },
+        "streams": entries,
+    }
+    return json.dumps(cfg, sort_keys=True, separators=(",", ":")).replace("'", "\\u0027")
+
+
+def make_plan(spec: ScenarioSpec, prices: tuple[str, dict[str, float]] | None = None) -> Plan:
+    s = spec.scenario
+    price_date, price_table = prices or load_prices()
+    fleet = build_fleet(s)
+    initial = slice(0, s.fleet.nodes)
+    dc_index = fleet.dc[initial]
+    sizes = fleet.size[initial].astype(np.float64)
+    per_dc = {}
+    for i, dc in enumerate(s.fleet.data_centres):
+        mask = dc_index == i
+        n = int(mask.sum())
+        per_dc[dc] = (n * s.speedup / s.fleet.interval, float(sizes[mask].mean()) if n else 0.0)
+    wall = s.duration / s.speedup
+    clusters = spec.clusters()
+
+    # Messages per second into each stream: the fleet's, then what each hop copies onwards.
+    rate: dict[tuple[str, str], float] = {}
+    mean: dict[tuple[str, str], float] = {}
+    for name, c in clusters.items():
+        if c.data_centres:
+            rate[(name, c.stream)] = sum(per_dc[dc][0] for dc in c.data_centres)
+            total = rate[(name, c.stream)]
+            mean[(name, c.stream)] = (
+                sum(per_dc[dc][0] * per_dc[dc][1] for dc in c.data_centres) / total if total else 0.0
+            )
+    reads: dict[str, float] = {}
+    for level in spec.hop_levels():
+        for p, h in level:
+            src = (h.source, h.stream)
+            dcs = [dc for dc in s.fleet.data_centres if dc in clusters[h.source].data_centres]
+            share = 1.0
+            if h.filter_subject and dcs:
+                share = len(_share(h, dcs)) / len(dcs)
+            read = rate.get(src, 0.0) * share
+            reads[p.name] = reads.get(p.name, 0.0) + read
+            dst = (h.target, h.target_name)
+            rate[dst] = rate.get(dst, 0.0) + read * _copied_fraction(h, s.fleet.interval)
+            mean.setdefault(dst, mean.get(src, 0.0))
+
+    hosts: list[Host] = []
+    for name, c in clusters.items():
+        hosts += [
+            Host(f"nats-{name}-{i}", "nats", INSTANCE_TYPES["nats"], _nats_command(name, i, c.servers))
+            for i in range(c.servers)
+        ]
+    for name, c in clusters.items():
+        for dc in c.data_centres:
+            n = max(1, math.ceil(per_dc[dc][0] / EMULATOR_MSGS_PER_HOST))
+            for i in range(n):
+                command = (
+                    f"exec fleet-emulator run --scenario scenario.yaml --url {_urls(name, c.servers)} "
+                    f"--data-centre {dc} --shard {i}/{n} --create-stream {c.stream} "
+                    "--summary reports/emulator-summary.json --log reports/published.csv"
+                )
+                hosts.append(Host(f"emulator-{dc}-{i}", "emulator", INSTANCE_TYPES["emulator"], command))
+    master = f"spark://{{host:spark-master}}:{SPARK_MASTER}"
+    hosts.append(
+        Host(
+            "spark-master",
+            "spark-master",
+            INSTANCE_TYPES["spark-master"],
+            f"exec {SPARK_CLASS} org.apache.spark.deploy.master.Master --host {{self}} "
+            f"--port {SPARK_MASTER} --webui-port 8080",
+        )
+    )
+    workers = max(1, math.ceil(sum(reads.values()) / SPARK_WORKER_MSGS))
+    hosts += [
+        Host(
+            f"spark-worker-{i}",
+            "spark-worker",
+            INSTANCE_TYPES["spark-worker"],
+            f"exec {SPARK_CLASS} org.apache.spark.deploy.worker.Worker {master} --host {{self}} "
+            f"--port {SPARK_WORKER} --webui-port 8081",
+        )
+        for i in range(workers)
+    ]
+    for p in spec.processes():
+        for i in range(p.instances):
+            candidate = f"{p.name}-{i}" if p.instances > 1 else ""
+            entries = [
+                h.entry(_urls(h.source, clusters[h.source].servers), _urls(h.target, clusters[h.target].servers),
+                        s.speedup, candidate)
+                for h in p.streams
+            ]  # fmt: skip
+            config = _config_json(entries, p.name, master)
+            command = f"printf '%s' '{config}' > sr.yaml && exec stream-replicator run --config sr.yaml"
+            hosts.append(
+                Host(f"replicator-{p.name}-{i}", "replicator", INSTANCE_TYPES["replicator"], command)
+            )
+
+    streams = [
+        StreamLoad(
+            cluster, stream, r, mean.get((cluster, stream), 0.0), r * wall * mean.get((cluster, stream), 0.0)
+        )
+        for (cluster, stream), r in sorted(rate.items())
+    ]
+    missing = sorted({h.instance_type for h in hosts} - set(price_table))
+    if missing:
+        raise ValueError(f"terraform/prices.yaml: no price for {', '.join(missing)}; add it")
+    return Plan(
+        scenario=s.name,
+        wall_seconds=wall,
+        hosts=hosts,
+        streams=streams,
+        replicators={p: r for p, r in sorted(reads.items())},
+        prices=price_table,
+        prices_date=price_date,
+    )
+
+
+def write_plan(plan: Plan, out_dir: Path, scenario_file: str) -> list[Path]:
+    """terraform.tfvars.json and hosts.json (every host's role and command) in `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tfvars = out_dir / "terraform.tfvars.json"
+    tfvars.write_text(json.dumps(plan.tfvars(scenario_file), indent=2, sort_keys=True) + "\n")
+    hosts = out_dir / "hosts.json"
+    hosts.write_text(
+        json.dumps([asdict(h) for h in sorted(plan.hosts, key=lambda h: h.name)], indent=2, sort_keys=True)
+        + "\n"
+    )
+    return [tfvars, hosts]
