@@ -11,6 +11,16 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 LABELS = ("stream", "replicator", "worker")
 M = TypeVar("M", Counter, Gauge, Histogram)
 _NS = "choria_stream_replicator_replicator"
+# The steps of a micro-batch Spark times (StreamingQueryProgress.durationMs).
+BATCH_STEPS = (
+    "latestOffset",
+    "walCommit",
+    "queryPlanning",
+    "getBatch",
+    "addBatch",
+    "commitOffsets",
+    "triggerExecution",
+)
 
 
 class Metrics:
@@ -45,6 +55,15 @@ class Metrics:
             "Time to process one micro-batch (read, decide, publish, acknowledged)",
             LABELS,
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=registry,
+        )
+        self.batch_steps = Histogram(
+            f"{_NS}_batch_step_seconds",
+            "Time spent in each step of a micro-batch, as Spark reports it (latestOffset, "
+            "walCommit, queryPlanning, addBatch: reading and handing to the sink, commitOffsets; "
+            "triggerExecution: the whole batch)",
+            (*LABELS, "step"),
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=registry,
         )
 
@@ -93,6 +112,8 @@ class Metrics:
             m.labels(*labels.values())
         for event in events:
             self.advisories.labels(*labels.values(), event)
+        for step in BATCH_STEPS:
+            self.batch_steps.labels(*labels.values(), step)
 
 
 _METRICS: Metrics | None = None

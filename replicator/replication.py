@@ -61,12 +61,16 @@ def checkpoint_dir(cfg: Config, s: StreamConfig) -> Path:
 
 def crash_leftovers(checkpoint: Path) -> list[Path]:
     """Spark's half-written offset and commit log files (`.<batch>.<uuid>.tmp`, renamed into
-    place once written) that a kill -9 left behind. Spark never reads them, but a stateful
-    query's first batch refuses to run while its offset log holds any file
-    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY), so a kill during that batch's log write
-    would stop the stream for good."""
+    place once written, and Hadoop's `..<batch>.<uuid>.tmp.crc` beside each) that a kill -9
+    left behind. Spark never reads them, but a stateful query's first batch refuses to run
+    while its offset log holds any file (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY), so a kill
+    during that batch's log write would stop the stream for good."""
     return sorted(
-        p for log in ("offsets", "commits") for p in (checkpoint / log).glob(".*.tmp") if p.is_file()
+        p
+        for log in ("offsets", "commits")
+        for pattern in (".*.tmp", ".*.tmp.crc")
+        for p in (checkpoint / log).glob(pattern)
+        if p.is_file()
     )
 
 
@@ -109,6 +113,10 @@ class StreamReplication:
     @property
     def label(self) -> str:
         return f"{self.s.stream}/{self.s.name}"
+
+    @property
+    def query_name(self) -> str:
+        return f"sr_{self.s.stream}_{self.s.name}"
 
     def prepare(self, stop: Callable[[], bool]) -> bool:
         """Wait for the source stream, make sure the target exists, find where we stopped.
@@ -263,13 +271,9 @@ class StreamReplication:
 
         # The query takes its own copy of the session's settings when it starts; a checkpoint
         # keeps the shuffle partitions of its first batch.
+        writer = df.writeStream.foreachBatch(sink_noting_start)
         with session_conf(spark, "spark.sql.shuffle.partitions", partitions):
-            self.query = (
-                df.writeStream.foreachBatch(sink_noting_start)
-                .queryName(f"sr_{self.s.stream}_{self.s.name}")
-                .option("checkpointLocation", str(ckpt))
-                .start()
-            )
+            self.query = writer.queryName(self.query_name).option("checkpointLocation", str(ckpt)).start()
         self.log.info("replicating to %s (checkpoint %s)", self.s.target_stream, ckpt)
         return self.query
 

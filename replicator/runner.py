@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from replicator.aio import LoopThread
 from replicator.backoff import Backoff
@@ -22,6 +22,7 @@ from replicator.metrics import metrics
 from replicator.monitor import Readiness, StreamState, serve
 from replicator.progress import PROGRESS_INTERVAL_S, Progress, slow_batch_line
 from replicator.replication import StreamReplication, entry_dir
+from replicator.spark.listener import listen_to_batches
 from replicator.spark.planners import SOURCE_CREATION_MODULES, release_idle_planners
 from replicator.spark.session import build_session
 from replicator.spark.warmup import warm_task_workers
@@ -53,7 +54,6 @@ class Runner:
         self.readiness = Readiness()
         self.backoff = {r.label: Backoff() for r in self.replications}
         self.progress = {r.label: Progress() for r in self.replications}
-        self._last_batch_seen: dict[str, int] = {}
         # Batches a stream's sink had handled when its query last started.
         self._batches_at_start: dict[str, int] = {}
         # Streams waiting to be started again, with when.
@@ -99,6 +99,7 @@ class Runner:
             quiet=self.cfg.loglevel != "debug",
         )
         log.info("Spark started (master %s)", self.spark.sparkContext.master)
+        listen_to_batches(self.spark, self._on_batch)
         if self.cfg.profiling and self.spark.sparkContext.uiWebUrl:
             log.info("profiling: Spark's web UI at %s", self.spark.sparkContext.uiWebUrl)
         # Spark's task workers start beside the first query's planning, not after it.
@@ -134,7 +135,6 @@ class Runner:
                 for r in self.replications:
                     self._supervise(r)
                     r.update_lag()
-                    self._log_slow_batch(r)
                 if time.monotonic() >= next_progress:
                     next_progress += PROGRESS_INTERVAL_S
                     self._log_progress()
@@ -242,17 +242,16 @@ class Runner:
         del self._retries[r.label]
         self._start(r)
 
-    def _log_slow_batch(self, r: StreamReplication) -> None:
-        """A line for the query's last batch when it was slow (once per batch)."""
-        q = r.query
-        try:
-            p = q.lastProgress if q is not None and q.isActive else None
-        except Exception:  # the query ending between the two calls
+    def _on_batch(self, progress: dict[str, Any]) -> None:
+        """A query's batch ended (replicator.spark.listener): its steps go to the metrics, and
+        a slow one gets a line."""
+        r = next((r for r in self.replications if r.query_name == progress.get("name")), None)
+        if r is None or r.sink is None:
             return
-        if not p or p.get("batchId") == self._last_batch_seen.get(r.label):
-            return
-        self._last_batch_seen[r.label] = int(p.get("batchId", -1))
-        line = slow_batch_line(p)
+        steps = r.sink.labels.values()
+        for step, ms in (progress.get("durationMs") or {}).items():
+            metrics().batch_steps.labels(*steps, step).observe(float(ms) / 1000)
+        line = slow_batch_line(progress)
         if line is not None:
             r.log.info(line)
 

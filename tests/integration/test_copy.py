@@ -65,6 +65,14 @@ def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server,
         assert f"choria_stream_replicator_replicator_copied_messages_total{{{labels}}} 3000.0" in text
         assert f"choria_stream_replicator_replicator_total_messages_total{{{labels}}} 3000.0" in text
         assert f"choria_stream_replicator_replicator_stream_sequence{{{labels}}} 3000.0" in text
+        # Where each batch's time went, step by step (Spark's own breakdown), for every batch.
+        steps = {
+            line.split('step="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("choria_stream_replicator_replicator_batch_step_seconds_count{")
+        }
+        assert {"latestOffset", "addBatch", "triggerExecution"} <= set(steps), steps
+        assert steps["triggerExecution"] >= 1 and steps["addBatch"] == steps["triggerExecution"], steps
     finally:
         assert rep.stop() == 0, rep.output()
     got = run(read_all(dst, "FLEET_NODES"))

@@ -14,12 +14,15 @@ def test_half_written_log_files_are_found_and_nothing_else(tmp_path: Path) -> No
     half = ckpt / "offsets" / ".0.7eec4913-4b84-41a4-b66c-f50b7700bd43.tmp"
     half.write_text("v1\n")
     (ckpt / "commits" / ".3.abc.tmp").write_text("")
+    crc = ckpt / "offsets" / "..0.7eec4913-4b84-41a4-b66c-f50b7700bd43.tmp.crc"
+    crc.write_text("")
     for kept in (
         ckpt / "offsets" / "0",
+        ckpt / "offsets" / ".0.crc",
         ckpt / "commits" / "2",
         ckpt / "metadata",
         ckpt / "sr-initial-offset.json",
     ):
         kept.write_text("{}")
-    assert crash_leftovers(ckpt) == [ckpt / "commits" / ".3.abc.tmp", half]
+    assert crash_leftovers(ckpt) == [ckpt / "commits" / ".3.abc.tmp", crc, half]
     assert crash_leftovers(tmp_path / "none") == []
