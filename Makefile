@@ -49,7 +49,7 @@ demo: install
 
 # GO_REPLICATOR=PATH (the Choria stream-replicator binary) runs the Go original beside ours where a bench can.
 bench: install
-	$(BIN)/python -m bench.copy_bench
+	$(BIN)/python -m bench.copy_bench $(if $(GO_REPLICATOR),--go-binary $(GO_REPLICATOR))
 	$(BIN)/python -m bench.sampling_bench
 	$(BIN)/python -m bench.latency_bench $(if $(GO_REPLICATOR),--go-binary $(GO_REPLICATOR))
 

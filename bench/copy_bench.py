@@ -184,6 +184,9 @@ def main() -> None:
     ap.add_argument("--live", type=int, default=200, help="trickle messages for latency")
     ap.add_argument("--rounds", type=int, default=3, help="alternated replicator/plain rounds")
     ap.add_argument("--batch-max-messages", type=int, default=0, help="the replicator's cap (0: default)")
+    ap.add_argument(
+        "--go-binary", default="", help="the Choria stream-replicator binary (v0.9), run beside ours"
+    )
     ap.add_argument("--out", default="reports/bench.json")
     args = ap.parse_args()
     n, results = args.messages, []
@@ -236,6 +239,35 @@ def main() -> None:
                 servers=[srv.proc.pid for srv in (*s.servers, *d.servers) if srv.proc],
             )
 
+    def go_round(r: int, target_initiated: bool) -> dict[str, Any]:
+        """The Go original on the same servers' setup and YAML as ours (its own placement, or
+        target_initiated: reading through a consumer the target side creates)."""
+        mode = "target_initiated" if target_initiated else "default"
+        with local_cluster(1, "gsrc") as s, local_cluster(1, "gdst") as d:
+            asyncio.run(fill(s.url, "BENCH", n, args.size))
+            cfg = work / f"go-{mode}-{r}.yaml"
+            stream: dict[str, Any] = {
+                "stream": "BENCH",
+                "source_url": s.url,
+                "target_url": d.url,
+                "target_subject_prefix": "copy",
+            }
+            if target_initiated:
+                # It refuses to run without a filter_subject in that mode.
+                stream.update(target_initiated=True, filter_subject=SUBJECTS)
+            cfg.write_text(yaml.safe_dump({"name": "bench", "state_store": str(work / f"go-state-{mode}-{r}"), "streams": [stream]}))  # fmt: skip
+            return run_copier(
+                f"Choria stream-replicator (Go, {mode})",
+                [args.go_binary, "replicate", "--config", str(cfg)],
+                d.url,
+                "BENCH",
+                n,
+                lambda: asyncio.run(
+                    trickle_latency(s.url, d.url, "reg.live", "copy.reg.live.>", args.live, 20)
+                ),
+                servers=[srv.proc.pid for srv in (*s.servers, *d.servers) if srv.proc],
+            )
+
     # 1 and 2, alternated round by round: on a shared, noisy machine a single pair of runs can
     # differ by 2x; the medians of several alternated rounds are what the ratio is taken from.
     rounds: list[tuple[dict[str, Any], dict[str, Any]]] = []
@@ -249,6 +281,18 @@ def main() -> None:
         )
     results.append(_median_of([o for o, _ in rounds]))
     results.append(_median_of([p for _, p in rounds]))
+    if args.go_binary:
+        for target_initiated in (False, True):
+            go_runs = [go_round(i, target_initiated) for i in range(args.rounds)]
+            results.append(_median_of(go_runs))
+            print(
+                f"{go_runs[0]['copier']}: "
+                + ", ".join(f"{g['msgs_per_s']:,.0f}" for g in go_runs)
+                + " msg/s",
+                flush=True,
+            )
+    else:
+        print("Go replicator: not given (--go-binary PATH or make bench GO_REPLICATOR=PATH), so not measured")
 
     # 3. NATS sourcing over a leafnode between JetStream domains A (source) and B (target)
     leaf_port = free_port()
@@ -302,23 +346,25 @@ def main() -> None:
         f"medians of {args.rounds} alternated rounds (leafnode: one run)\n"
     )
     print(
-        f"{'copier':40} {'msg/s':>9} {'x plain':>8} {'1st copy s':>10} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'copier':48} {'msg/s':>9} {'x plain':>8} {'1st copy s':>10} {'p50 ms':>7} {'p99 ms':>7} "
         f"{'RSS MB':>7} {'PSS MB':>7}"
     )
     for r in results:
         r["ratio_vs_plain"] = r["msgs_per_s"] / base
         print(
-            f"{r['copier']:40} {r['msgs_per_s']:9,.0f} {r['ratio_vs_plain']:8.2f} {r['first_copy_s']:10.1f} "
+            f"{r['copier']:48} {r['msgs_per_s']:9,.0f} {r['ratio_vs_plain']:8.2f} {r['first_copy_s']:10.1f} "
             f"{r['p50_ms']:7.0f} {r['p99_ms']:7.0f} {r['rss_mb']:7.0f} {r['pss_mb']:7.0f}"
         )
-    for r in results[:2]:
+    print("\nCPU per message copied (µs), over the last round's backlog copy, by kind of process:")
+    for r in (r for r in results if "rounds" in r):
         last = r["rounds"][-1]
-        split = ", ".join(f"{k} {v:.1f}" for k, v in last["cpu_seconds"].items() if v >= 0.05)
+        # JVM: <thread> rows split the JVM's own total (JIT, GC, other), they do not add to it.
         busy = sum(v for k, v in last["cpu_seconds"].items() if not k.startswith("JVM: "))
+        split = ", ".join(f"{k} {v / n * 1e6:.0f}" for k, v in last["cpu_seconds"].items() if v >= 0.05)
+        r["cpu_us_per_message"] = {k: v / n * 1e6 for k, v in last["cpu_seconds"].items()}
         print(
-            f"CPU-s over the last round's backlog copy ({last['copy_seconds']:.1f} s, "
-            f"{busy / last['copy_seconds'] / (os.cpu_count() or 1):.0%} of {os.cpu_count()} cores), "
-            f"{r['copier']}: {split}"
+            f"  {r['copier']}: {busy / n * 1e6:.0f} in all ({last['copy_seconds']:.1f} s, "
+            f"{busy / last['copy_seconds'] / (os.cpu_count() or 1):.0%} of {os.cpu_count()} cores): {split}"
         )
     ours = results[0]
     checks = [
@@ -329,6 +375,13 @@ def main() -> None:
         ("memory <= 1.5 GB (peak summed RSS)", ours["rss_mb"] <= 1500),
         ("first copy <= 15 s", ours["first_copy_s"] <= 15),
     ]
+    go_ti = next((r for r in results if "target_initiated" in r["copier"]), None)
+    if go_ti is not None:
+        ours["ratio_vs_go_target_initiated"] = ours["msgs_per_s"] / go_ti["msgs_per_s"]
+        print(
+            f"\nours / the Go original in target_initiated mode: {ours['ratio_vs_go_target_initiated']:.2f}x"
+        )
+        checks.append(("throughput >= 3x Go target_initiated", ours["ratio_vs_go_target_initiated"] >= 3))
     print("\ntargets: " + ", ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in checks))
     print("(RSS sums count shared pages once per process; PSS counts each page once: bench/proctree.py)")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -126,6 +126,8 @@ def _kind(pid: int) -> str:
     cmd = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
     if "java" in cmd.split(" ", 1)[0]:
         return "JVM"
+    if Path(cmd.split(" ", 1)[0]).name == "stream-replicator":
+        return "Go replicator"  # the Choria original's binary (ours starts as a Python script)
     if "pyspark.daemon pyspark.worker" in cmd:
         return "Python task workers"
     if "pyspark" in cmd:
