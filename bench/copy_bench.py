@@ -192,28 +192,18 @@ def main() -> None:
     n, results = args.messages, []
     work = Path(tempfile.mkdtemp(prefix="sr-bench-"))
 
-    def replicator_round(r: int) -> dict[str, Any]:
-        with local_cluster(1, "bsrc") as s, local_cluster(1, "bdst") as d:
+    def copier_round(
+        label: str, prefix: str, command: Callable[[Any, Any], list[str]], target: str = "BENCH"
+    ) -> dict[str, Any]:
+        """One copier over `n` messages between two fresh servers; `command(source, target)`
+        prepares what it needs and gives the command line that starts it."""
+        with local_cluster(1, f"{prefix}src") as s, local_cluster(1, f"{prefix}dst") as d:
             asyncio.run(fill(s.url, "BENCH", n, args.size))
-            cfg = work / f"sr-{r}.yaml"
-            stream: dict[str, Any] = {
-                "stream": "BENCH",
-                "source_url": s.url,
-                "target_url": d.url,
-                "target_subject_prefix": "copy",
-            }
-            if args.batch_max_messages:
-                stream["batch_max_messages"] = args.batch_max_messages
-            cfg.write_text(
-                yaml.safe_dump(
-                    {"name": "bench", "state_store": str(work / f"state-{r}"), "streams": [stream]}
-                )
-            )
             return run_copier(
-                "stream-replicator (Spark local[*])",
-                [sys.executable, "-m", "replicator.cli", "run", "--config", str(cfg)],
+                label,
+                command(s, d),
                 d.url,
-                "BENCH",
+                target,
                 n,
                 lambda: asyncio.run(
                     trickle_latency(s.url, d.url, "reg.live", "copy.reg.live.>", args.live, 20)
@@ -221,52 +211,46 @@ def main() -> None:
                 servers=[srv.proc.pid for srv in (*s.servers, *d.servers) if srv.proc],
             )
 
+    def config_file(name: str, s: Any, d: Any, **extra: Any) -> Path:
+        """The same YAML for ours and the Go original (its keys are Choria's)."""
+        stream = {
+            "stream": "BENCH",
+            "source_url": s.url,
+            "target_url": d.url,
+            "target_subject_prefix": "copy",
+        }
+        cfg = work / f"{name}.yaml"
+        cfg.write_text(yaml.safe_dump({"name": "bench", "state_store": str(work / f"state-{name}"),
+                                       "streams": [{**stream, **extra}]}))  # fmt: skip
+        return cfg
+
+    def replicator_round(r: int) -> dict[str, Any]:
+        extra = {"batch_max_messages": args.batch_max_messages} if args.batch_max_messages else {}
+        return copier_round(
+            "stream-replicator (Spark local[*])",
+            "b",
+            lambda s, d: [sys.executable, "-m", "replicator.cli", "run", "--config", str(config_file(f"sr-{r}", s, d, **extra))],
+        )  # fmt: skip
+
     def plain_round(r: int) -> dict[str, Any]:
-        with local_cluster(1, "psrc") as s, local_cluster(1, "pdst") as d:
-            asyncio.run(fill(s.url, "BENCH", n, args.size))
+        def command(s: Any, d: Any) -> list[str]:
             asyncio.run(fill(d.url, "TARGET", 0, args.size, subjects="copy.reg.>"))
             script = work / "plain_copier.py"
             script.write_text(PLAIN_COPIER)
-            return run_copier(
-                "plain nats-py copier",
-                [sys.executable, str(script), s.url, d.url, "BENCH", "TARGET"],
-                d.url,
-                "TARGET",
-                n,
-                lambda: asyncio.run(
-                    trickle_latency(s.url, d.url, "reg.live", "copy.reg.live.>", args.live, 20)
-                ),
-                servers=[srv.proc.pid for srv in (*s.servers, *d.servers) if srv.proc],
-            )
+            return [sys.executable, str(script), s.url, d.url, "BENCH", "TARGET"]
+
+        return copier_round("plain nats-py copier", "p", command, target="TARGET")
 
     def go_round(r: int, target_initiated: bool) -> dict[str, Any]:
-        """The Go original on the same servers' setup and YAML as ours (its own placement, or
-        target_initiated: reading through a consumer the target side creates)."""
+        """The Go original (its own placement, or target_initiated: reading through a consumer
+        the target side creates, which it runs only with a filter_subject)."""
         mode = "target_initiated" if target_initiated else "default"
-        with local_cluster(1, "gsrc") as s, local_cluster(1, "gdst") as d:
-            asyncio.run(fill(s.url, "BENCH", n, args.size))
-            cfg = work / f"go-{mode}-{r}.yaml"
-            stream: dict[str, Any] = {
-                "stream": "BENCH",
-                "source_url": s.url,
-                "target_url": d.url,
-                "target_subject_prefix": "copy",
-            }
-            if target_initiated:
-                # It refuses to run without a filter_subject in that mode.
-                stream.update(target_initiated=True, filter_subject=SUBJECTS)
-            cfg.write_text(yaml.safe_dump({"name": "bench", "state_store": str(work / f"go-state-{mode}-{r}"), "streams": [stream]}))  # fmt: skip
-            return run_copier(
-                f"Choria stream-replicator (Go, {mode})",
-                [args.go_binary, "replicate", "--config", str(cfg)],
-                d.url,
-                "BENCH",
-                n,
-                lambda: asyncio.run(
-                    trickle_latency(s.url, d.url, "reg.live", "copy.reg.live.>", args.live, 20)
-                ),
-                servers=[srv.proc.pid for srv in (*s.servers, *d.servers) if srv.proc],
-            )
+        extra = {"target_initiated": True, "filter_subject": SUBJECTS} if target_initiated else {}
+        return copier_round(
+            f"Choria stream-replicator (Go, {mode})",
+            "g",
+            lambda s, d: [args.go_binary, "replicate", "--config", str(config_file(f"go-{mode}-{r}", s, d, **extra))],
+        )  # fmt: skip
 
     # 1 and 2, alternated round by round: on a shared, noisy machine a single pair of runs can
     # differ by 2x; the medians of several alternated rounds are what the ratio is taken from.

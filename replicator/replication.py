@@ -271,9 +271,13 @@ class StreamReplication:
 
         # The query takes its own copy of the session's settings when it starts; a checkpoint
         # keeps the shuffle partitions of its first batch.
-        writer = df.writeStream.foreachBatch(sink_noting_start)
         with session_conf(spark, "spark.sql.shuffle.partitions", partitions):
-            self.query = writer.queryName(self.query_name).option("checkpointLocation", str(ckpt)).start()
+            self.query = (
+                df.writeStream.foreachBatch(sink_noting_start)
+                .queryName(self.query_name)
+                .option("checkpointLocation", str(ckpt))
+                .start()
+            )
         self.log.info("replicating to %s (checkpoint %s)", self.s.target_stream, ckpt)
         return self.query
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import pytest
 
 from replicator.runner import Runner, _first_line
 
@@ -125,3 +128,32 @@ def test_a_refusal_with_servers_answering_waits_out_its_backoff() -> None:
     runner._retries["S/dc1"].due = time.monotonic()
     runner._retry_when_due(stream)  # type: ignore[arg-type]
     assert started == ["S/dc1"]
+
+
+def test_each_batchs_steps_reach_the_metrics_and_a_slow_one_is_logged(caplog: Any) -> None:
+    import logging
+    from types import SimpleNamespace
+
+    from replicator.metrics import MetricLabels, metrics
+
+    labels = MetricLabels("STEPS", "dc1", "steps")
+    stream = SimpleNamespace(query_name="sr_STEPS_steps", sink=SimpleNamespace(labels=labels),
+                             log=logging.getLogger("steps"))  # fmt: skip
+    runner = Runner.__new__(Runner)  # the progress handling only: no Spark, no servers
+    runner.replications = [stream]  # type: ignore[list-item]
+
+    def count(step: str) -> float:
+        return metrics().batch_steps.labels(*labels.values(), step)._sum.get()  # type: ignore[no-any-return]
+
+    with caplog.at_level(logging.INFO, logger="steps"):
+        runner._on_batch({"name": "sr_STEPS_steps", "batchId": 7, "numInputRows": 3,
+                          "durationMs": {"addBatch": 30, "walCommit": 9, "triggerExecution": 45}})  # fmt: skip
+        runner._on_batch({"name": "sr_OTHER_query", "durationMs": {"addBatch": 1000}})  # not ours: ignored
+        assert (
+            count("addBatch") == 0.030 and count("walCommit") == 0.009 and count("triggerExecution") == 0.045
+        )
+        assert caplog.messages == []
+        runner._on_batch({"name": "sr_STEPS_steps", "batchId": 8, "numInputRows": 50_000,
+                          "durationMs": {"addBatch": 6_000, "latestOffset": 200, "triggerExecution": 6_300}})  # fmt: skip
+    assert count("addBatch") == pytest.approx(6.030)
+    assert caplog.messages == ["batch 8 took 6.3 s (addBatch 6.0 s, latestOffset 0.2 s); 50,000 rows"]
