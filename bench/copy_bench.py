@@ -28,6 +28,7 @@ import yaml
 from nats.js.api import ExternalStream, StreamConfig, StreamSource
 
 from bench.proctree import CpuSplit, PeakRSS
+from harness.faultproxy import FaultProxy
 from harness.localnats import free_port, local_cluster
 
 SUBJECTS = "reg.>"
@@ -187,21 +188,37 @@ def main() -> None:
     ap.add_argument(
         "--go-binary", default="", help="the Choria stream-replicator binary (v0.9), run beside ours"
     )
+    ap.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=0,
+        help="also copy through a proxy adding this round trip to the source",
+    )
     ap.add_argument("--out", default="reports/bench.json")
     args = ap.parse_args()
     n, results = args.messages, []
     work = Path(tempfile.mkdtemp(prefix="sr-bench-"))
 
     def copier_round(
-        label: str, prefix: str, command: Callable[[Any, Any], list[str]], target: str = "BENCH"
+        label: str,
+        prefix: str,
+        command: Callable[[str, str], list[str]],
+        target: str = "BENCH",
+        rtt_ms: float = 0,
     ) -> dict[str, Any]:
-        """One copier over `n` messages between two fresh servers; `command(source, target)`
-        prepares what it needs and gives the command line that starts it."""
-        with local_cluster(1, f"{prefix}src") as s, local_cluster(1, f"{prefix}dst") as d:
+        """One copier over `n` messages between two fresh servers; `command(source_url,
+        target_url)` prepares what it needs and gives the command line that starts it. With
+        `rtt_ms` the copier reaches the source through a proxy adding that round trip."""
+        with (
+            local_cluster(1, f"{prefix}src") as s,
+            local_cluster(1, f"{prefix}dst") as d,
+            FaultProxy(upstream_port=int(s.url.rsplit(":", 1)[1])) as proxy,
+        ):
+            proxy.latency = rtt_ms / 2000  # each way
             asyncio.run(fill(s.url, "BENCH", n, args.size))
             return run_copier(
-                label,
-                command(s, d),
+                label + (f", {rtt_ms:.0f} ms round trip to the source" if rtt_ms else ""),
+                command(proxy.url if rtt_ms else s.url, d.url),
                 d.url,
                 target,
                 n,
@@ -211,37 +228,33 @@ def main() -> None:
                 servers=[srv.proc.pid for srv in (*s.servers, *d.servers) if srv.proc],
             )
 
-    def config_file(name: str, s: Any, d: Any, **extra: Any) -> Path:
+    def config_file(name: str, src: str, dst: str, **extra: Any) -> Path:
         """The same YAML for ours and the Go original (its keys are Choria's)."""
-        stream = {
-            "stream": "BENCH",
-            "source_url": s.url,
-            "target_url": d.url,
-            "target_subject_prefix": "copy",
-        }
+        stream = {"stream": "BENCH", "source_url": src, "target_url": dst, "target_subject_prefix": "copy"}
         cfg = work / f"{name}.yaml"
         cfg.write_text(yaml.safe_dump({"name": "bench", "state_store": str(work / f"state-{name}"),
                                        "streams": [{**stream, **extra}]}))  # fmt: skip
         return cfg
 
-    def replicator_round(r: int) -> dict[str, Any]:
+    def replicator_round(r: int, rtt_ms: float = 0) -> dict[str, Any]:
         extra = {"batch_max_messages": args.batch_max_messages} if args.batch_max_messages else {}
         return copier_round(
             "stream-replicator (Spark local[*])",
             "b",
-            lambda s, d: [sys.executable, "-m", "replicator.cli", "run", "--config", str(config_file(f"sr-{r}", s, d, **extra))],
+            lambda s, d: [sys.executable, "-m", "replicator.cli", "run", "--config", str(config_file(f"sr-{r}-{rtt_ms:.0f}", s, d, **extra))],
+            rtt_ms=rtt_ms,
         )  # fmt: skip
 
     def plain_round(r: int) -> dict[str, Any]:
-        def command(s: Any, d: Any) -> list[str]:
-            asyncio.run(fill(d.url, "TARGET", 0, args.size, subjects="copy.reg.>"))
+        def command(s: str, d: str) -> list[str]:
+            asyncio.run(fill(d, "TARGET", 0, args.size, subjects="copy.reg.>"))
             script = work / "plain_copier.py"
             script.write_text(PLAIN_COPIER)
-            return [sys.executable, str(script), s.url, d.url, "BENCH", "TARGET"]
+            return [sys.executable, str(script), s, d, "BENCH", "TARGET"]
 
         return copier_round("plain nats-py copier", "p", command, target="TARGET")
 
-    def go_round(r: int, target_initiated: bool) -> dict[str, Any]:
+    def go_round(r: int, target_initiated: bool, rtt_ms: float = 0) -> dict[str, Any]:
         """The Go original (its own placement, or target_initiated: reading through a consumer
         the target side creates, which it runs only with a filter_subject)."""
         mode = "target_initiated" if target_initiated else "default"
@@ -249,8 +262,17 @@ def main() -> None:
         return copier_round(
             f"Choria stream-replicator (Go, {mode})",
             "g",
-            lambda s, d: [args.go_binary, "replicate", "--config", str(config_file(f"go-{mode}-{r}", s, d, **extra))],
+            lambda s, d: [args.go_binary, "replicate", "--config", str(config_file(f"go-{mode}-{r}-{rtt_ms:.0f}", s, d, **extra))],
+            rtt_ms=rtt_ms,
         )  # fmt: skip
+
+    def median_of_rounds(one_round: Callable[[int], dict[str, Any]]) -> None:
+        runs = [one_round(i) for i in range(args.rounds)]
+        results.append(_median_of(runs))
+        print(
+            f"{runs[0]['copier']}: " + ", ".join(f"{g['msgs_per_s']:,.0f}" for g in runs) + " msg/s",
+            flush=True,
+        )
 
     # 1 and 2, alternated round by round: on a shared, noisy machine a single pair of runs can
     # differ by 2x; the medians of several alternated rounds are what the ratio is taken from.
@@ -266,17 +288,15 @@ def main() -> None:
     results.append(_median_of([o for o, _ in rounds]))
     results.append(_median_of([p for _, p in rounds]))
     if args.go_binary:
-        for target_initiated in (False, True):
-            go_runs = [go_round(i, target_initiated) for i in range(args.rounds)]
-            results.append(_median_of(go_runs))
-            print(
-                f"{go_runs[0]['copier']}: "
-                + ", ".join(f"{g['msgs_per_s']:,.0f}" for g in go_runs)
-                + " msg/s",
-                flush=True,
-            )
+        median_of_rounds(lambda i: go_round(i, False))
+        median_of_rounds(lambda i: go_round(i, True))
     else:
         print("Go replicator: not given (--go-binary PATH or make bench GO_REPLICATOR=PATH), so not measured")
+    if args.rtt_ms:
+        # Ours, and the Go original placed near the target, with the source far away.
+        median_of_rounds(lambda i: replicator_round(i, args.rtt_ms))
+        if args.go_binary:
+            median_of_rounds(lambda i: go_round(i, True, args.rtt_ms))
 
     # 3. NATS sourcing over a leafnode between JetStream domains A (source) and B (target)
     leaf_port = free_port()
@@ -366,6 +386,35 @@ def main() -> None:
             f"\nours / the Go original in target_initiated mode: {ours['ratio_vs_go_target_initiated']:.2f}x"
         )
         checks.append(("throughput >= 3x Go target_initiated", ours["ratio_vs_go_target_initiated"] >= 3))
+    ours_far = next(
+        (r for r in results if r["copier"].startswith("stream-replicator") and "round trip" in r["copier"]),
+        None,
+    )
+    if ours_far is not None:
+        ours["ratio_far_vs_loopback"] = ours_far["msgs_per_s"] / ours["msgs_per_s"]
+        print(
+            f"ours with {args.rtt_ms:.0f} ms to the source / ours on loopback: {ours['ratio_far_vs_loopback']:.2f}x"
+        )
+        checks.append(
+            (
+                f"{args.rtt_ms:.0f} ms round trip >= 0.9x our loopback rate",
+                ours["ratio_far_vs_loopback"] >= 0.9,
+            )
+        )
+        go_far = next(
+            (r for r in results if "target_initiated" in r["copier"] and "round trip" in r["copier"]), None
+        )
+        if go_far is not None:
+            ours["ratio_far_vs_go_far"] = ours_far["msgs_per_s"] / go_far["msgs_per_s"]
+            print(
+                f"both {args.rtt_ms:.0f} ms from the source, ours / Go target_initiated: {ours['ratio_far_vs_go_far']:.2f}x"
+            )
+            checks.append(
+                (
+                    f"{args.rtt_ms:.0f} ms round trip >= 2x Go target_initiated",
+                    ours["ratio_far_vs_go_far"] >= 2,
+                )
+            )
     print("\ntargets: " + ", ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in checks))
     print("(RSS sums count shared pages once per process; PSS counts each page once: bench/proctree.py)")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
