@@ -37,9 +37,11 @@ _LEVELS = {
 # A batch that failed (our foreachBatch raised, or a read task did: a server went away): the
 # replicator logs the reason in one line and retries, so Spark's copies of it (Java stack traces
 # wrapping the Python one) are noise unless debugging.
+# A task cancelled while it turned rows into Arrow (the runner stopped a query mid-batch) trips
+# Arrow's leak check on the buffers it held: two error records and a stack trace, same story.
 _BATCH_FAILED = re.compile(
     r"terminated with error|FOREACH_BATCH_USER_FUNCTION_ERROR|Exception in task|Lost task|"
-    r"failed \d+ times?; aborting job"
+    r"failed \d+ times?; aborting job|Memory was leaked by query|Error in TaskCompletionListener"
 )
 
 

@@ -166,3 +166,20 @@ def test_any_other_python_traceback_is_shown_whole() -> None:
     assert got == [(logging.WARNING, line) for line in block]
     cut_short = JvmOutput(quiet=True)
     assert cut_short.feed(block[0]) == [] and cut_short.flush() == [(logging.WARNING, block[0])]
+
+
+def test_a_cancelled_tasks_arrow_leak_check_is_left_to_debug() -> None:
+    """Seen when the runner stopped a query whose task was turning rows into Arrow: Arrow's
+    leak check on the cancelled task's buffers, two records and a stack trace."""
+    lines = [
+        "2026-11-24 20:07:51,694 ERROR spark.BaseAllocator: Memory was leaked by query. Memory leaked: (1344512)",
+        "Allocator(toArrowBatchIterator) 0/1344512/1868800/9223372036854775807 (res/actual/peak/limit)",
+        "2026-11-24 20:07:51,705 ERROR spark.TaskContextImpl: Error in TaskCompletionListener",
+        "java.lang.IllegalStateException: Memory was leaked by query. Memory leaked: (1344512)",
+        "\tat org.apache.arrow.memory.BaseAllocator.close(BaseAllocator.java:504)",
+    ]
+    quiet = JvmOutput(quiet=True)
+    out = [o for line in lines for o in quiet.feed(line)]
+    assert [level for level, _ in out] == [logging.DEBUG, logging.DEBUG]
+    assert all(level == logging.ERROR or level == logging.WARNING for level, _ in
+               (o for line in lines for o in JvmOutput(quiet=False).feed(line)))  # fmt: skip
