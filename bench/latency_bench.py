@@ -21,7 +21,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,16 +29,15 @@ from typing import Any
 import nats
 import yaml
 from nats.js.api import StreamConfig
-from prometheus_client.parser import text_string_to_metric_families
 
 from harness.localnats import free_port, local_cluster
 from harness.process import ReplicatorProcess
+from harness.scrape import batch_steps
 from harness.streams import count_messages, read_all
 from replicator.headers import SOURCE_HEADER, parse_source_header
 from replicator.nats.wire import first_value
 
 STREAM = "LIVE"
-STEP_METRIC = "choria_stream_replicator_replicator_batch_step_seconds"
 PAD = "x" * 960
 
 
@@ -102,24 +100,6 @@ async def _drain_phase(src: str, dst: str, backlog: int, rate: float, expect: in
     await asyncio.sleep(1.0)  # a last second of trickle after the drain
     stop.set()
     return await trickle, end - t0
-
-
-def step_sums(metrics_url: str) -> dict[str, tuple[float, float]]:
-    """{step: (seconds summed, batches)} of the replicator's batch steps histogram."""
-    with urllib.request.urlopen(metrics_url, timeout=5) as r:
-        text = r.read().decode()
-    out: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != STEP_METRIC:
-            continue
-        for s in family.samples:
-            step = s.labels.get("step", "")
-            acc = out.setdefault(step, [0.0, 0.0])
-            if s.name.endswith("_sum"):
-                acc[0] += s.value
-            elif s.name.endswith("_count"):
-                acc[1] += s.value
-    return {k: (v[0], v[1]) for k, v in out.items()}
 
 
 def latencies_ms(messages: list[Any]) -> dict[str, list[float]]:
@@ -187,10 +167,10 @@ def run_one(label: str, copier: Any, args: argparse.Namespace, work: Path) -> di
             warm = 200
             asyncio.run(_trickle(s.url, "warm", warm, 50))
             _wait_for(d.url, warm, 300)
-            before = step_sums(metrics_url) if metrics_url else {}
+            before = batch_steps(metrics_url) if metrics_url else {}
             asyncio.run(_trickle(s.url, "trickle", args.trickle, args.rate))
             _wait_for(d.url, warm + args.trickle, 120)
-            after = step_sums(metrics_url) if metrics_url else {}
+            after = batch_steps(metrics_url) if metrics_url else {}
             drained, drain_s = asyncio.run(
                 _drain_phase(s.url, d.url, args.backlog, args.rate, warm + args.trickle)
             )

@@ -36,3 +36,22 @@ def scrape(url: str, timeout: float = 2, worker: str | None = None) -> dict[str,
                 if not s.name.endswith("_created") and worker in (None, s.labels.get("worker"))
             )
     return out
+
+
+def batch_steps(url: str, timeout: float = 5) -> dict[str, tuple[float, float]]:
+    """{step: (seconds summed, batches)} of the replicator's batch_step_seconds histogram,
+    summed over its streams (replicator.spark.listener feeds it)."""
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        text = r.read().decode()
+    out: dict[str, tuple[float, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != f"{_NS}_batch_step_seconds":
+            continue
+        for s in family.samples:
+            seconds, batches = out.get(s.labels.get("step", ""), (0.0, 0.0))
+            if s.name.endswith("_sum"):
+                seconds += s.value
+            elif s.name.endswith("_count"):
+                batches += s.value
+            out[s.labels.get("step", "")] = (seconds, batches)
+    return out

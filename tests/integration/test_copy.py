@@ -18,6 +18,7 @@ from helpers import (
 )
 
 from harness.localnats import free_port
+from harness.scrape import batch_steps
 from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, parse_source_header
@@ -67,9 +68,7 @@ def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server,
         assert f"choria_stream_replicator_replicator_stream_sequence{{{labels}}} 3000.0" in text
         # Where each batch's time went, step by step (Spark's own breakdown), for every batch.
         steps = {
-            line.split('step="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("choria_stream_replicator_replicator_batch_step_seconds_count{")
+            step: batches for step, (_, batches) in batch_steps(f"http://127.0.0.1:{port}/metrics").items()
         }
         assert {"latestOffset", "addBatch", "triggerExecution"} <= set(steps), steps
         assert steps["triggerExecution"] >= 1 and steps["addBatch"] == steps["triggerExecution"], steps
