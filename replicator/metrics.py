@@ -41,6 +41,10 @@ class Metrics:
         self.skipped_bytes = counter("skipped_bytes", "Payload bytes not copied")
         self.too_old = counter("too_old_messages", "Messages skipped for being older than max_age")
         self.duplicates = counter("duplicate_messages", "Copies the target dropped as duplicates (replays)")
+        self.driver_read_batches = counter(
+            "driver_read_batches",
+            "Batches small enough that the driver read them itself rather than Spark's tasks",
+        )
         self.errors = counter("handler_error_count", "Batches that failed and were retried")
         self.lag = gauge("stream_lag_messages", "Last source sequence minus last copied sequence")
         self.sequence = gauge("stream_sequence", "Last source sequence processed")
@@ -106,7 +110,7 @@ class Metrics:
         (an absent series reads as "no data", not 0, on a dashboard), advisories per event."""
         for m in (
             self.received_msgs, self.received_bytes, self.copied_msgs, self.copied_bytes,
-            self.skipped_msgs, self.skipped_bytes, self.too_old, self.duplicates, self.errors,
+            self.skipped_msgs, self.skipped_bytes, self.too_old, self.duplicates, self.driver_read_batches, self.errors,
             self.lag, self.sequence, self.batch_seconds,
         ):  # fmt: skip
             m.labels(*labels.values())

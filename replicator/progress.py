@@ -32,9 +32,12 @@ class Progress:
 SLOW_BATCH_S = 5.0
 
 
-def slow_batch_line(progress: Mapping[str, Any], threshold_s: float = SLOW_BATCH_S) -> str | None:
+def slow_batch_line(
+    progress: Mapping[str, Any], threshold_s: float = SLOW_BATCH_S, rows: int | None = None
+) -> str | None:
     """The line for a finished batch (a StreamingQueryProgress as a dict) that took longer than
-    `threshold_s`, naming its slowest steps; None for a batch that did not."""
+    `threshold_s`, naming its slowest steps; None for a batch that did not. `rows`: the batch's
+    rows when Spark did not read them (replicator.spark.small_batches)."""
     durations = progress.get("durationMs") or {}
     total_s = float(durations.get("triggerExecution", 0)) / 1000
     if total_s < threshold_s:
@@ -44,5 +47,6 @@ def slow_batch_line(progress: Mapping[str, Any], threshold_s: float = SLOW_BATCH
         key=lambda kv: -kv[1],
     )
     where = ", ".join(f"{k} {s:.1f} s" for k, s in steps) or "no step over 0.1 s"
-    rows = int(progress.get("numInputRows", 0))
+    if rows is None:
+        rows = int(progress.get("numInputRows", 0))
     return f"batch {progress.get('batchId')} took {total_s:.1f} s ({where}); {rows:,} rows"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import re
 import threading
 import time
@@ -39,6 +40,7 @@ from replicator.spark.rows import to_record_batch
 from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink, bucket_function
 from replicator.spark.session import session_conf
 from replicator.spark.sink import OrderedSink, SinkSettings
+from replicator.spark.small_batches import SmallBatchReader
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -103,7 +105,10 @@ class StreamReplication:
         self.batch_started = threading.Event()
         self.query: StreamingQuery | None = None
         self._source_nc: Any = None
+        self._source_direct = False  # whether the source stream allows direct gets
+        self.small_batches: SmallBatchReader | None = None  # a copy's driver-side reads
         self._start_time: datetime | None = None
+        self._end_at_start = 0  # start_at_end: the sequence after the source's last at start
         self.lag: int | None = None  # last value of update_lag(), for progress reports
         self.election: Election | None = None
         self.took_over = False  # leader-elected: this instance's query runs as the leader
@@ -130,6 +135,7 @@ class StreamReplication:
         info = await wait_for_stream(self._source_nc, s.stream, src_where, stop)
         if info is None:
             return False
+        self._source_direct = bool(info.config.allow_direct)
         target = await open_connection(s.target_url, s.target_tls, name=f"sr-target-setup-{s.name}")
         try:
             await ensure_target_stream(
@@ -155,6 +161,9 @@ class StreamReplication:
             self.log.info("target already holds source sequences up to %d; resuming after it", floor)
         created = int(info.created.timestamp()) if info.created else 0
         self._start_time = as_start_time(s.start_time, s.start_delta, datetime.now(UTC))
+        # start_at_end means the end as the replicator starts, not when Spark first plans the
+        # query (seconds later): messages published in between are copied.
+        self._end_at_start = info.state.last_seq + 1
         self.sink = OrderedSink(
             SinkSettings(
                 target_url=s.target_url,
@@ -211,11 +220,14 @@ class StreamReplication:
     def reader_options(self) -> ReaderOptions:
         """What the query reads: the config's stream, from where the target's copy ends."""
         floor = self.sink.floor if self.sink else 0
-        return ReaderOptions.from_config(self.s, min_start_sequence=floor + 1 if floor else 0,
+        options = ReaderOptions.from_config(self.s, min_start_sequence=floor + 1 if floor else 0,
                                          start_time=self._start_time,
                                          stop_file=str(stopping_path(self.cfg, self.s)),
                                          initial_offset_file=str(initial_offset_path(self.cfg, self.s)),
                                          lease_file=str(lease_path(self.cfg, self.s)) if self.hot_standby else "")  # fmt: skip
+        if options.start_at_end and self._end_at_start:
+            options = dataclasses.replace(options, start_at_end=False, start_sequence=self._end_at_start)
+        return options
 
     def catch_up(self) -> None:
         """Publish what an earlier run left in flight (see replicator.spark.inflight) before the
@@ -249,8 +261,15 @@ class StreamReplication:
         for leftover in crash_leftovers(ckpt):
             leftover.unlink(missing_ok=True)
             self.log.info("removed %s, a log file half-written when the last run was killed", leftover.name)
-        df = spark.readStream.format("nats-jetstream").options(**self.reader_options().to_spark()).load()
+        options = self.reader_options()
+        df = spark.readStream.format("nats-jetstream").options(**options.to_spark()).load()
         sink: Any = self.sink
+        if self.sampling_sink is None:
+            # A batch small enough for one read task is read in the driver instead.
+            self.small_batches = SmallBatchReader(
+                options, ckpt, self.loop, self._source_nc, self._source_direct, options.min_partition_messages
+            )
+            self.sink.small_batches = self.small_batches
         partitions = None
         if self.sampling_sink is not None:
             partitions = str(self.s.sampling_partitions)

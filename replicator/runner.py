@@ -251,7 +251,8 @@ class Runner:
         steps = r.sink.labels.values()
         for step, ms in (progress.get("durationMs") or {}).items():
             metrics().batch_steps.labels(*steps, step).observe(float(ms) / 1000)
-        line = slow_batch_line(progress)
+        read_here = r.small_batches.rows.get(progress.get("batchId", -1)) if r.small_batches else None
+        line = slow_batch_line(progress, rows=read_here)
         if line is not None:
             r.log.info(line)
 

@@ -217,7 +217,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
         if end <= begin and not self.o.sampling:
             return start
         if not self.o.sampling:
-            return {"seq": end}
+            # "from": where this batch starts, kept in Spark's offset log with its end so the
+            # driver can read a small batch itself (replicator.spark.small_batches).
+            return {"seq": end, "from": begin}
         return self._with_clock(start, max(begin, end), caught_up=end > last)
 
     def _with_clock(self, start: dict, end: int, caught_up: bool) -> dict:
@@ -240,16 +242,15 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return {"seq": self._info().state.last_seq + 1}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        first = int(start["seq"])
-        if self.o.lease_file:
-            after = read_lease(self.o.lease_file)
-            if after is None:
-                if end.get("warm", 0) != start.get("warm", 0):
-                    return [SequenceRange(first, first)]  # the standby's warm-up: reads nothing
-                return []  # a standby replaying a batch at start: it reads nothing
-            first = max(first, after + 1)
+        rng = batch_read_range(self.o, int(start["seq"]), int(end["seq"]))
+        if rng is None:
+            if end.get("warm", 0) != start.get("warm", 0):
+                return [
+                    SequenceRange(int(start["seq"]), int(start["seq"]))
+                ]  # the standby's warm-up: reads nothing
+            return []  # a standby replaying a batch at start: it reads nothing
         parts: list[InputPartition] = list(
-            split_range(first, int(end["seq"]), self.o.parallelism, self.o.min_partition_messages)
+            split_range(*rng, self.o.parallelism, self.o.min_partition_messages)
         )
         if self.o.sampling:
             parts.append(ClockRows(int(end.get("clock", 0)), self.o.sampling.sampling_buckets))
@@ -281,6 +282,17 @@ class NatsJetStreamReader(DataSourceStreamReader):
             self._loop.stop()
         self._nc = None
         self._loop = None
+
+
+def batch_read_range(o: ReaderOptions, first: int, end: int) -> tuple[int, int] | None:
+    """The sequences [first, end) a batch between these offsets reads, or None for a standby
+    (reading nothing until it leads): a leader continues after its lease."""
+    if o.lease_file:
+        after = read_lease(o.lease_file)
+        if after is None:
+            return None
+        first = max(first, after + 1)
+    return first, end
 
 
 def read_lease(path: str) -> int | None:

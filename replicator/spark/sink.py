@@ -121,6 +121,9 @@ class OrderedSink:
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
         self.totals = BatchResult()
         self.batches = 0  # handled (published or skipped) since this process started
+        # Reads a small batch in the driver, given its id (None from it, or unset: Spark reads
+        # the batch); see replicator.spark.small_batches.
+        self.small_batches: Callable[[int], pa.Table | None] | None = None
 
     async def _conn(self) -> ReplicatorClient:
         if self._nc is None or self._nc.is_closed:
@@ -148,7 +151,11 @@ class OrderedSink:
         and its publishing started, so Spark reads the next batch while this one is published;
         the previous batch must have been fully acknowledged first (or this batch fails)."""
         started = time.monotonic()
-        table: pa.Table = batch_df.toArrow()
+        table = self.small_batches(batch_id) if self.small_batches is not None else None
+        if table is None:
+            table = batch_df.toArrow()
+        else:
+            self.labels.of(metrics().driver_read_batches).inc()
         collected = time.monotonic()
         if table.num_rows == 0 and not self.leading():
             return  # a standby's query (replaying a batch at start) reads nothing: nothing to do

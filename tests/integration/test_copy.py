@@ -72,6 +72,11 @@ def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server,
         }
         assert {"latestOffset", "addBatch", "triggerExecution"} <= set(steps), steps
         assert steps["triggerExecution"] >= 1 and steps["addBatch"] == steps["triggerExecution"], steps
+        # Batches start at 2,000 messages (read by Spark's tasks); the last 1,000 are few enough
+        # for the driver to read itself (replicator.spark.small_batches). Both checked below.
+        read_by_driver = f"choria_stream_replicator_replicator_driver_read_batches_total{{{labels}}} "
+        driver_batches = float(text.split(read_by_driver, 1)[1].split()[0])
+        assert 1 <= driver_batches < steps["addBatch"], (driver_batches, steps)
     finally:
         assert rep.stop() == 0, rep.output()
     got = run(read_all(dst, "FLEET_NODES"))

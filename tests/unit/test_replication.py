@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replicator.replication import crash_leftovers
+from replicator.aio import LoopThread
+from replicator.config import Config
+from replicator.replication import StreamReplication, crash_leftovers
 
 
 def test_half_written_log_files_are_found_and_nothing_else(tmp_path: Path) -> None:
@@ -26,3 +28,20 @@ def test_half_written_log_files_are_found_and_nothing_else(tmp_path: Path) -> No
         kept.write_text("{}")
     assert crash_leftovers(ckpt) == [ckpt / "commits" / ".3.abc.tmp", crc, half]
     assert crash_leftovers(tmp_path / "none") == []
+
+
+def test_start_at_end_is_the_end_as_the_replicator_starts(tmp_path: Path) -> None:
+    """Not where the stream ends when Spark first plans the query, seconds later: what is
+    published in between is copied."""
+    cfg = Config.model_validate(
+        {"name": "dc1", "state_store": str(tmp_path), "streams": [
+            {"stream": "END", "source_url": "nats://127.0.0.1:1", "target_url": "nats://127.0.0.1:2",
+             "start_at_end": True}]}
+    )  # fmt: skip
+    r = StreamReplication(cfg, cfg.streams[0], LoopThread("test-start-at-end"))
+    try:
+        r._end_at_start = 106  # what prepare() found: the source ended at 105
+        o = r.reader_options()
+        assert (o.start_at_end, o.start_sequence) == (False, 106)
+    finally:
+        r.loop.stop()

@@ -137,7 +137,7 @@ def test_each_batchs_steps_reach_the_metrics_and_a_slow_one_is_logged() -> None:
 
     labels = MetricLabels("STEPS", "dc1", "steps")
     stream = SimpleNamespace(query_name="sr_STEPS_steps", sink=SimpleNamespace(labels=labels),
-                             log=logging.getLogger("steps"))  # fmt: skip
+                             log=logging.getLogger("steps"), small_batches=None)  # fmt: skip
     runner = Runner.__new__(Runner)  # the progress handling only: no Spark, no servers
     runner.replications = [stream]  # type: ignore[list-item]
 
@@ -160,4 +160,9 @@ def test_each_batchs_steps_reach_the_metrics_and_a_slow_one_is_logged() -> None:
                       "durationMs": {"addBatch": 6_000, "latestOffset": 200, "triggerExecution": 6_300}})  # fmt: skip
     assert count("addBatch") == pytest.approx(6.030)
     assert lines == ["batch 8 took 6.3 s (addBatch 6.0 s, latestOffset 0.2 s); 50,000 rows"]
+    # A batch the driver read itself: Spark counts no rows for it, the reader does.
+    stream.small_batches = SimpleNamespace(rows={9: 12})
+    runner._on_batch({"name": "sr_STEPS_steps", "batchId": 9, "numInputRows": 0,
+                      "durationMs": {"addBatch": 5_500, "triggerExecution": 5_600}})  # fmt: skip
+    assert lines[-1] == "batch 9 took 5.6 s (addBatch 5.5 s); 12 rows"
     stream.log.removeHandler(handler)

@@ -1,0 +1,111 @@
+"""Small copy batches read in the driver, on its own source connection, instead of by a Spark job.
+
+A live stream arrives a few messages at a time, and each of those batches paid for a Spark job
+(schedule a task, hand it to a Python worker, move its rows through the JVM and back as Arrow):
+30-40 ms of a ~70 ms one-message batch (`make bench`, latency). The ordered sink collects every
+batch into the driver anyway, so a batch of at most `max_messages` is read there directly. Spark
+still decides each batch's range and keeps it in its offset log before the sink runs, so a
+replayed batch reads the same range either way; larger batches are read by Spark's tasks, in
+parallel.
+
+The range comes from the batch's own entry in the checkpoint's offset log: the source's end
+offset for a copy carries the sequence its batch starts at ("from", see NatsJetStreamReader),
+so one small local file names the whole range. A batch whose entry has no "from" (a checkpoint
+written before it existed) is read by Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from replicator.aio import LoopThread
+from replicator.nats.readers import REQUEST_TIMEOUT_S, read_chunks
+from replicator.options import ReaderOptions
+from replicator.spark.datasource import batch_read_range
+from replicator.spark.rows import ARROW_SCHEMA, to_record_batch
+
+log = logging.getLogger(__name__)
+
+# Batches whose row counts are kept for the progress listener, which hears of a batch after it.
+KEEP_ROWS_OF = 16
+
+
+def batch_offsets(checkpoint: Path, batch_id: int) -> tuple[int, int] | None:
+    """(first, end) sequences of a copy batch from the checkpoint's offset log, or None when its
+    entry is missing or does not name its start. The entry is Spark's: a version line, a line
+    of batch metadata, then one offset per source (this query has one)."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    except OSError:
+        return None
+    if len(lines) < 3 or not lines[0].startswith("v"):
+        return None
+    try:
+        offset = json.loads(lines[-1])
+    except ValueError:
+        return None
+    if not isinstance(offset, dict):
+        return None
+    first, end = offset.get("from"), offset.get("seq")
+    if not isinstance(first, int) or not isinstance(end, int):
+        return None
+    return first, end
+
+
+class SmallBatchReader:
+    """Called by the ordered sink with a batch id: that batch's rows as an Arrow table, or None
+    when Spark is to read it (too large, or its range is not in the offset log)."""
+
+    def __init__(
+        self,
+        options: ReaderOptions,
+        checkpoint: Path,
+        loop: LoopThread,
+        source_nc: Any,
+        direct: bool,
+        max_messages: int,
+    ) -> None:
+        self.o = options
+        self.checkpoint = checkpoint
+        self.loop = loop
+        self.nc = source_nc
+        self.direct = direct
+        self.max_messages = max_messages
+        self.batches_read = 0  # read here since the start (the rest went through Spark)
+        # Rows of the last batches read here (Spark counts none for them in its progress).
+        self.rows: OrderedDict[int, int] = OrderedDict()
+
+    def __call__(self, batch_id: int) -> pa.Table | None:
+        offsets = batch_offsets(self.checkpoint, batch_id)
+        if offsets is None:
+            return None
+        rng = batch_read_range(self.o, *offsets)
+        if rng is None:
+            table = ARROW_SCHEMA.empty_table()  # a standby reads nothing (as its Spark tasks would)
+        elif rng[1] - rng[0] > self.max_messages:
+            return None
+        else:
+            first, end = rng
+            batches = self.loop.run(self._read(first, end), REQUEST_TIMEOUT_S + 5) if end > first else []
+            table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
+        self.batches_read += 1
+        self.rows[batch_id] = table.num_rows
+        while len(self.rows) > KEEP_ROWS_OF:
+            self.rows.popitem(last=False)
+        return table
+
+    async def _read(self, first: int, end: int) -> list[pa.RecordBatch]:
+        out = []
+        chunks = read_chunks(
+            self.nc, self.o.stream, first, end, direct=self.direct, filter_subject=self.o.filter_subject,
+            chunk_messages=self.o.chunk_messages, chunk_bytes=self.o.chunk_bytes,
+        )  # fmt: skip
+        async for chunk in chunks:
+            out.append(to_record_batch(self.o.stream, chunk))
+        return out
