@@ -205,10 +205,12 @@ def main() -> None:
         command: Callable[[str, str], list[str]],
         target: str = "BENCH",
         rtt_ms: float = 0,
+        via_proxy: bool = False,
     ) -> dict[str, Any]:
         """One copier over `n` messages between two fresh servers; `command(source_url,
         target_url)` prepares what it needs and gives the command line that starts it. With
-        `rtt_ms` the copier reaches the source through a proxy adding that round trip."""
+        `rtt_ms` the copier reaches the source through a proxy adding that round trip; with
+        `via_proxy` alone, through the proxy without delay (what the proxy's own CPU costs)."""
         with (
             local_cluster(1, f"{prefix}src") as s,
             local_cluster(1, f"{prefix}dst") as d,
@@ -216,9 +218,13 @@ def main() -> None:
         ):
             proxy.latency = rtt_ms / 2000  # each way
             asyncio.run(fill(s.url, "BENCH", n, args.size))
+            if rtt_ms:
+                label += f", {rtt_ms:.0f} ms round trip to the source"
+            elif via_proxy:
+                label += ", through the proxy without delay"
             return run_copier(
-                label + (f", {rtt_ms:.0f} ms round trip to the source" if rtt_ms else ""),
-                command(proxy.url if rtt_ms else s.url, d.url),
+                label,
+                command(proxy.url if rtt_ms or via_proxy else s.url, d.url),
                 d.url,
                 target,
                 n,
@@ -236,13 +242,15 @@ def main() -> None:
                                        "streams": [{**stream, **extra}]}))  # fmt: skip
         return cfg
 
-    def replicator_round(r: int, rtt_ms: float = 0) -> dict[str, Any]:
+    def replicator_round(r: int, rtt_ms: float = 0, via_proxy: bool = False) -> dict[str, Any]:
         extra = {"batch_max_messages": args.batch_max_messages} if args.batch_max_messages else {}
+        name = f"sr-{r}-{rtt_ms:.0f}{'-proxy' if via_proxy else ''}"
         return copier_round(
             "stream-replicator (Spark local[*])",
             "b",
-            lambda s, d: [sys.executable, "-m", "replicator.cli", "run", "--config", str(config_file(f"sr-{r}-{rtt_ms:.0f}", s, d, **extra))],
+            lambda s, d: [sys.executable, "-m", "replicator.cli", "run", "--config", str(config_file(name, s, d, **extra))],
             rtt_ms=rtt_ms,
+            via_proxy=via_proxy,
         )  # fmt: skip
 
     def plain_round(r: int) -> dict[str, Any]:
@@ -293,7 +301,9 @@ def main() -> None:
     else:
         print("Go replicator: not given (--go-binary PATH or make bench GO_REPLICATOR=PATH), so not measured")
     if args.rtt_ms:
-        # Ours, and the Go original placed near the target, with the source far away.
+        # Ours, and the Go original placed near the target, with the source far away; and ours
+        # through the proxy without delay: on 2 cores the proxy's own CPU slows the copier too.
+        median_of_rounds(lambda i: replicator_round(i, 0, via_proxy=True))
         median_of_rounds(lambda i: replicator_round(i, args.rtt_ms))
         if args.go_binary:
             median_of_rounds(lambda i: go_round(i, True, args.rtt_ms))
@@ -404,6 +414,13 @@ def main() -> None:
         f"ours {far} from the source / ours on loopback",
         0.9,
     )
+    near = row("stream-replicator", "without delay")
+    if near is not None and (far_row := row("stream-replicator", "round trip")) is not None:
+        # No target of its own: the round trip's cost alone, the proxy's CPU taken out.
+        ours["ratio_far_vs_proxy"] = far_row["msgs_per_s"] / near["msgs_per_s"]
+        print(
+            f"ours {far} from the source / ours through the proxy without delay: {ours['ratio_far_vs_proxy']:.2f}x"
+        )
     ratio(
         "ratio_far_vs_go_far",
         row("stream-replicator", "round trip"),

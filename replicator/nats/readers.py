@@ -25,6 +25,32 @@ from replicator.nats.timestamps import rfc3339_to_ns
 REQUEST_TIMEOUT_S = 30.0
 
 
+class ReadInterrupted(ConnectionError):
+    """The connection was lost while a request's replies were coming: they are lost with it."""
+
+
+async def await_replies(nc: ReplicatorClient, done: asyncio.Future[None], timeout: float, what: str) -> None:
+    """Wait for `done` (a request's replies all in). A connection lost or re-established
+    meanwhile fails at once (ReadInterrupted) rather than after `timeout`: a reply sent while it
+    was down never arrives."""
+    loop = asyncio.get_running_loop()
+    reconnects = nc.stats["reconnects"]
+    deadline = loop.time() + timeout
+    while True:
+        left = deadline - loop.time()
+        if left <= 0:
+            raise TimeoutError(f"{what}: no complete answer within {timeout:g} s")
+        try:
+            await asyncio.wait_for(asyncio.shield(done), min(0.25, left))
+            return
+        except TimeoutError:
+            if done.done():
+                done.result()  # its own outcome, not ours
+                return
+            if not nc.is_connected or nc.stats["reconnects"] != reconnects:
+                raise ReadInterrupted(f"{what}: the connection was lost while reading; read again") from None
+
+
 @dataclass(slots=True)
 class RawMessage:
     """One stored message, as read from a stream."""
@@ -74,7 +100,9 @@ class DirectReader:
         sub = await self.nc.raw_subscribe(inbox, on_reply)
         try:
             await self.nc.publish(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(req).encode(), reply=inbox)
-            await asyncio.wait_for(done, timeout=REQUEST_TIMEOUT_S)
+            await await_replies(
+                self.nc, done, REQUEST_TIMEOUT_S, f"direct get of stream {self.stream} from {seq}"
+            )
         finally:
             await self.nc.raw_unsubscribe(sub)
         return out
@@ -188,7 +216,12 @@ class ConsumerReader:
             await self.nc.publish(
                 f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{consumer}", json.dumps(req).encode(), reply=inbox
             )
-            await asyncio.wait_for(done, timeout=self.wait_s + REQUEST_TIMEOUT_S)
+            await await_replies(
+                self.nc,
+                done,
+                self.wait_s + REQUEST_TIMEOUT_S,
+                f"pull from consumer {consumer} of stream {self.stream}",
+            )
         finally:
             await self.nc.raw_unsubscribe(sub)
         return out, pending[0] > 0 and len(out) > 0

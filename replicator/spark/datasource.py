@@ -37,7 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from replicator.options import ReaderOptions
+from replicator.options import ReaderOptions, TLSFiles
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -115,6 +115,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
         self._warmed = False
         self._loop: Any = None
         self._nc: Any = None
+        self._stream_end: int | None = None  # last sequence + 1, as last asked of the stream
 
     # The planner side (initialOffset/latestOffset/partitions) keeps one connection on a loop
     # thread; tasks get a pickled copy without it (a live connection cannot be pickled).
@@ -192,11 +193,25 @@ class NatsJetStreamReader(DataSourceStreamReader):
                 time.sleep(STANDBY_POLL_S)  # a standby: Spark asks again at once otherwise
                 return start
             after = lease
-        info = self._info()
-        end = info.state.last_seq + 1
         # A new leader's query may stand where it stopped long ago: it skips what the target
         # holds (partitions() reads from `after` + 1 too).
         begin = max(int(start["seq"]), after + 1)
+        if isinstance(limit, ReadMaxRows):
+            cap = limit.max_rows
+        elif isinstance(limit, ReadAllAvailable):
+            cap = 0  # all there is: ask where the stream ends
+        else:
+            cap = self.o.max_messages_per_batch
+        known = self._stream_end
+        if cap and known is not None and known - begin > cap:
+            # Behind by more than a batch as last asked: the stream ends at least there, so
+            # this batch needs no request (a round trip per batch across a long link).
+            end = known
+        else:
+            end = self._info().state.last_seq + 1
+            self._stream_end = end
+            if not cap:
+                cap = max(1, end - begin)
         if end < begin and not self._warned_reset:
             log.error(
                 "stream %s ends at sequence %d but this query already read up to %d: the stream was "
@@ -207,12 +222,6 @@ class NatsJetStreamReader(DataSourceStreamReader):
             )
             self._warned_reset = True
         last = end - 1
-        if isinstance(limit, ReadMaxRows):
-            cap = limit.max_rows
-        elif isinstance(limit, ReadAllAvailable):
-            cap = max(1, end - begin)
-        else:
-            cap = self.o.max_messages_per_batch
         end = self.ramp.end(begin, end, cap)
         if end <= begin and not self.o.sampling:
             return start
@@ -239,7 +248,10 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return {"seq": end, "clock": max(previous, clock)}
 
     def reportLatestOffset(self) -> dict | None:
-        return {"seq": self._info().state.last_seq + 1}
+        # Spark asks right after latestOffset, for its progress report: what that one found.
+        if self._stream_end is None:
+            self._stream_end = self._info().state.last_seq + 1
+        return {"seq": self._stream_end}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         rng = batch_read_range(self.o, int(start["seq"]), int(end["seq"]))
@@ -265,7 +277,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
             yield clock_batch(self.stream, partition.clock_ms, partition.buckets)
             return
         assert isinstance(partition, SequenceRange)
-        for chunk in read_range_chunks(self.o, partition.start, partition.end, self._direct):
+        for chunk in read_task_chunks(self.o, partition.start, partition.end, self._direct):
             if self.o.sampling is not None and self.extractor is not None:
                 yield to_sampling_batch(self.stream, chunk, self.extractor, self.o.sampling.sampling_buckets)
             else:
@@ -393,3 +405,70 @@ def read_range_chunks(
         with contextlib.suppress(Exception):
             loop.run_until_complete(nc.close())
         loop.close()
+
+
+# A read task's source connection, kept by its Python worker for the worker's next tasks (Spark
+# reuses workers), on a loop thread of its own that answers the server's pings in between. On
+# loopback a connection costs ~1.5 ms a task; across a long link, three round trips.
+_task_loop: Any = None
+_task_connections: dict[tuple[str, TLSFiles | None], Any] = {}
+
+
+def _task_connection(o: ReaderOptions) -> tuple[Any, Any]:
+    global _task_loop
+    from replicator.aio import LoopThread
+    from replicator.nats.connect import open_connection
+
+    if _task_loop is None:
+        _task_loop = LoopThread("nats-jetstream-task")
+    key = (o.url, o.tls)
+    nc = _task_connections.get(key)
+    if nc is None or not nc.is_connected:
+        _drop_task_connection(o)
+        nc = _task_loop.run(open_connection(o.url, o.tls, name=f"sr-reader-{o.stream}"), 60)
+        _task_connections[key] = nc
+    return _task_loop, nc
+
+
+def _drop_task_connection(o: ReaderOptions) -> None:
+    nc = _task_connections.pop((o.url, o.tls), None)
+    if nc is not None and _task_loop is not None:
+        with contextlib.suppress(Exception):
+            _task_loop.run(nc.close(), 5)
+
+
+def read_task_chunks(o: ReaderOptions, start: int, end: int, direct: bool | None) -> Iterator[list[Any]]:
+    """What `read_range_chunks` reads, on the worker's kept connection (see _task_connection).
+    A read that fails or is abandoned drops the connection: the next task starts afresh."""
+    from replicator.nats.jetstream import stream_info
+    from replicator.nats.readers import REQUEST_TIMEOUT_S, read_chunks
+
+    loop, nc = _task_connection(o)
+    finished = False
+    chunks = None
+    try:
+        if direct is None:
+            info = loop.run(stream_info(nc, o.stream), REQUEST_TIMEOUT_S)
+            direct = bool(info and info.config.allow_direct)
+        chunks = read_chunks(
+            nc, o.stream, start, end, direct=direct, filter_subject=o.filter_subject,
+            chunk_messages=o.chunk_messages, chunk_bytes=o.chunk_bytes,
+        )  # fmt: skip
+
+        async def next_chunk() -> Any:
+            return await anext(chunks)
+
+        while True:
+            try:
+                # The reader's own requests time out; this bound is for a loop that hangs.
+                chunk = loop.run(next_chunk(), 4 * REQUEST_TIMEOUT_S)
+            except StopAsyncIteration:
+                finished = True
+                return
+            yield chunk
+    finally:
+        if chunks is not None:
+            with contextlib.suppress(Exception):
+                loop.run(chunks.aclose(), 10)
+        if not finished:
+            _drop_task_connection(o)

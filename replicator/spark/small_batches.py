@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from replicator.aio import LoopThread
-from replicator.nats.readers import REQUEST_TIMEOUT_S, read_chunks
+from replicator.nats.readers import REQUEST_TIMEOUT_S, ReadInterrupted, read_chunks
 from replicator.options import ReaderOptions
 from replicator.spark.datasource import batch_read_range
 from replicator.spark.rows import ARROW_SCHEMA, to_record_batch
@@ -90,9 +90,15 @@ class SmallBatchReader:
             table = ARROW_SCHEMA.empty_table()  # a standby reads nothing (as its Spark tasks would)
         elif rng[1] - rng[0] > self.max_messages:
             return None
+        elif not self.nc.is_connected:
+            return None  # reconnecting: Spark's task reads it on a connection of its own
         else:
             first, end = rng
-            batches = self.loop.run(self._read(first, end), REQUEST_TIMEOUT_S + 5) if end > first else []
+            try:
+                batches = self.loop.run(self._read(first, end), REQUEST_TIMEOUT_S + 5) if end > first else []
+            except ReadInterrupted as e:
+                log.info("%s; Spark reads batch %d instead", e, batch_id)
+                return None
             table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
         self.batches_read += 1
         self.rows[batch_id] = table.num_rows

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
@@ -92,3 +93,26 @@ def test_a_standby_runs_one_batch_that_reads_nothing_then_waits_for_its_lease(tm
     assert reader.partitions(warm, warm) == []
     restarted = NatsJetStreamReader(ReaderOptions(url="nats://127.0.0.1:1", stream="REG", lease_file=lease))
     assert restarted.latestOffset(warm, limit) == {"seq": 401, "warm": 2}  # a new offset, once
+
+
+def test_a_known_backlog_is_read_without_asking_the_stream_for_each_batch() -> None:
+    """Across a long link every request is a round trip: while the stream was last seen more
+    than a batch ahead, the next batch is planned from what is known."""
+    reader = NatsJetStreamReader(
+        ReaderOptions(url="nats://127.0.0.1:1", stream="REG", first_batch_messages=10_000)
+    )
+    asked: list[int] = []
+
+    def info() -> SimpleNamespace:
+        asked.append(1)
+        return SimpleNamespace(state=SimpleNamespace(last_seq=35_000))
+
+    reader._info = info  # type: ignore[method-assign]
+    limit = reader.getDefaultReadLimit()
+    offsets = [{"seq": 1}]
+    while (nxt := reader.latestOffset(offsets[-1], limit)) != offsets[-1]:
+        offsets.append(nxt)
+    assert [o["seq"] for o in offsets] == [1, 10_001, 20_001, 30_001, 35_001]
+    # At the start; within a batch of the end; caught up (nothing new). Not for batches 2, 3.
+    assert len(asked) == 3
+    assert reader.reportLatestOffset() == {"seq": 35_001} and len(asked) == 3  # what it last found
