@@ -412,6 +412,9 @@ def read_range_chunks(
 # loopback a connection costs ~1.5 ms a task; across a long link, three round trips.
 _task_loop: Any = None
 _task_connections: dict[tuple[str, TLSFiles | None], Any] = {}
+# Whether a stream allows direct gets, as a worker's first task found (a task's reader is made
+# before the planner asks; one request a task otherwise). Forgotten with the connection.
+_task_direct: dict[tuple[str, str], bool] = {}
 
 
 def _task_connection(o: ReaderOptions) -> tuple[Any, Any]:
@@ -431,6 +434,7 @@ def _task_connection(o: ReaderOptions) -> tuple[Any, Any]:
 
 
 def _drop_task_connection(o: ReaderOptions) -> None:
+    _task_direct.pop((o.url, o.stream), None)
     nc = _task_connections.pop((o.url, o.tls), None)
     if nc is not None and _task_loop is not None:
         with contextlib.suppress(Exception):
@@ -448,8 +452,10 @@ def read_task_chunks(o: ReaderOptions, start: int, end: int, direct: bool | None
     chunks = None
     try:
         if direct is None:
+            direct = _task_direct.get((o.url, o.stream))
+        if direct is None:
             info = loop.run(stream_info(nc, o.stream), REQUEST_TIMEOUT_S)
-            direct = bool(info and info.config.allow_direct)
+            direct = _task_direct[(o.url, o.stream)] = bool(info and info.config.allow_direct)
         chunks = read_chunks(
             nc, o.stream, start, end, direct=direct, filter_subject=o.filter_subject,
             chunk_messages=o.chunk_messages, chunk_bytes=o.chunk_bytes,
