@@ -62,8 +62,10 @@ scenarios: install
 
 # The EC2 scale test (terraform/, docs/scale-test.md): the plan of SCENARIO, and terraform's variables.
 SCENARIO ?= scenarios/scale/million-realtime.yaml
+# LOCUST_USERS=N adds locust hosts publishing as N extra nodes (loadtests/locustfile.py).
+LOCUST_USERS ?= 0
 scale-plan: install
-	$(BIN)/python -m harness scale plan $(SCENARIO)
+	$(BIN)/python -m harness scale plan $(SCENARIO) --locust-users $(LOCUST_USERS)
 
 # USERS, SPAWN_RATE, DURATION, SOURCE_URL, TARGET_URL override (e.g. make loadtest USERS=2000).
 loadtest: install

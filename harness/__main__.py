@@ -62,6 +62,10 @@ def scale_plan(
     out: Annotated[Path, typer.Option(help="Where terraform.tfvars.json and hosts.json go")] = Path(
         "terraform"
     ),
+    locust_users: Annotated[
+        int,
+        typer.Option(min=0, help="Add locust hosts with this many users publishing as extra nodes (0: none)"),
+    ] = 0,
 ) -> None:
     """Print the hosts, rates, data and cost of a scenario's EC2 run; write terraform's
     variables and every host's command."""
@@ -70,7 +74,7 @@ def scale_plan(
     from harness.scenario.spec import load_spec
 
     try:
-        plan = make_plan(load_spec(file))
+        plan = make_plan(load_spec(file), locust_users=locust_users)
     except (ScenarioError, ValueError) as e:
         _fail(str(e))
         return

@@ -16,10 +16,15 @@ module "network" {
 module "reports_bucket" {
   source = "./modules/reports_bucket"
   name   = "sr-${var.scenario}"
-  uploads = {
-    "dist/stream_replicator.whl" = var.project_wheel
-    "scenario.yaml"              = var.scenario_file
-  }
+  # The wheel, the scenario and the locust load test's files (loadtests/ and the one harness
+  # module it uses; locust hosts run them from the hosts' working directory).
+  uploads = merge(
+    {
+      "dist/stream_replicator.whl" = var.project_wheel
+      "scenario.yaml"              = var.scenario_file
+    },
+    { for f in fileset("${path.module}/..", "{loadtests/*.py,harness/__init__.py,harness/scrape.py}") : "code/${f}" => "${path.module}/../${f}" }
+  )
 }
 
 locals {

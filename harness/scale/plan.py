@@ -30,6 +30,9 @@ PRICES = ROOT / "terraform" / "prices.yaml"
 # sampled 100,000-node fleet at 6,712 msg/s on 2 cores with its executors beside it.
 EMULATOR_MSGS_PER_HOST = 5_000.0
 SPARK_WORKER_MSGS = 5_000.0
+# Locust users (each a node publishing once per fleet interval / speedup) per locust worker
+# host: one locust process drives one core, and a publish waits for its JetStream ack.
+LOCUST_USERS_PER_WORKER = 2_000
 
 INSTANCE_TYPES = {
     "nats": "m6i.xlarge",
@@ -37,11 +40,14 @@ INSTANCE_TYPES = {
     "spark-master": "m6i.large",
     "spark-worker": "r6i.xlarge",
     "replicator": "m6i.xlarge",
+    "locust-master": "c6i.large",
+    "locust-worker": "c6i.large",
 }
 FIRST_ADDRESS = 10  # hosts get .10, .11, ... of the subnet, in name order
 NATS_CLIENT, NATS_ROUTES, NATS_MONITOR = 4222, 6222, 8222
 SPARK_MASTER, SPARK_WORKER, SPARK_DRIVER, SPARK_BLOCKS = 7077, 7078, 7079, 7080
 REPLICATOR_METRICS = 9108
+LOCUST_MASTER = 5557
 SPARK_CLASS = '"$(python -c "import os, pyspark; print(os.path.dirname(pyspark.__file__))")/bin/spark-class"'
 
 
@@ -183,7 +189,40 @@ def _config_json(entries: list[dict[str, Any]], name: str, spark_master: str) ->
     return json.dumps(cfg, sort_keys=True, separators=(",", ":")).replace("'", "\\u0027")
 
 
-def make_plan(spec: ScenarioSpec, prices: tuple[str, dict[str, float]] | None = None) -> Plan:
+def _locust_hosts(
+    users: int, source_urls: str, speedup: float, wall_s: float, metrics_url: str
+) -> list[Host]:
+    """Optional extra load: locust users publishing registrations into the first data-centre
+    cluster (loadtests/locustfile.py, shipped to every host beside the wheel), a master and
+    its workers. Their nodes are not the emulator's, so the scenario's ground truth does not
+    cover them: a run with locust checks throughput, not advisories."""
+    workers = max(1, math.ceil(users / LOCUST_USERS_PER_WORKER))
+    env = f"PYTHONPATH=. SOURCE_URL={source_urls} SPEEDUP={speedup:g} REPORT_DIR=reports"
+    locustfile = "-f loadtests/locustfile.py"
+    master = (
+        f"{env}{f' METRICS_URL={metrics_url}' if metrics_url else ''} exec locust {locustfile} --master "
+        f"--master-bind-port {LOCUST_MASTER} --headless --expect-workers {workers} -u {users} "
+        f"-r {max(1, users // 60)} --run-time {int(wall_s)}s --host {source_urls} --csv reports/locust "
+        "--only-summary"
+    )
+    hosts = [Host("locust-master", "locust-master", INSTANCE_TYPES["locust-master"], master)]
+    hosts += [
+        Host(
+            f"locust-worker-{i}",
+            "locust-worker",
+            INSTANCE_TYPES["locust-worker"],
+            f"{env} exec locust {locustfile} --worker --master-host {{host:locust-master}} "
+            f"--master-port {LOCUST_MASTER}",
+        )
+        for i in range(workers)
+    ]
+    return hosts
+
+
+def make_plan(
+    spec: ScenarioSpec, prices: tuple[str, dict[str, float]] | None = None, locust_users: int = 0
+) -> Plan:
+    """`locust_users` > 0 adds locust hosts with that many users (see _locust_hosts)."""
     s = spec.scenario
     price_date, price_table = prices or load_prices()
     fleet = build_fleet(s)
@@ -208,6 +247,11 @@ def make_plan(spec: ScenarioSpec, prices: tuple[str, dict[str, float]] | None = 
             mean[(name, c.stream)] = (
                 sum(per_dc[dc][0] * per_dc[dc][1] for dc in c.data_centres) / total if total else 0.0
             )
+    if locust_users > 0:
+        # Each locust user publishes once per fleet interval / speedup, as a node does, records
+        # of the fleet's sizes, into the first data-centre cluster.
+        load = next((name, c.stream) for name, c in clusters.items() if c.data_centres)
+        rate[load] += locust_users * s.speedup / s.fleet.interval
     reads: dict[str, float] = {}
     for level in spec.hop_levels():
         for p, h in level:
@@ -272,6 +316,12 @@ def make_plan(spec: ScenarioSpec, prices: tuple[str, dict[str, float]] | None = 
             hosts.append(
                 Host(f"replicator-{p.name}-{i}", "replicator", INSTANCE_TYPES["replicator"], command)
             )
+
+    if locust_users > 0:
+        first = next(name for name, c in clusters.items() if c.data_centres)
+        replicator = next((h.name for h in hosts if h.role == "replicator"), "")
+        metrics = f"http://{{host:{replicator}}}:{REPLICATOR_METRICS}/metrics" if replicator else ""
+        hosts += _locust_hosts(locust_users, _urls(first, clusters[first].servers), s.speedup, wall, metrics)
 
     streams = [
         StreamLoad(

@@ -113,7 +113,7 @@ def test_the_plan_of_each_scale_scenario_renders_the_same_bytes_and_fits_the_var
     host_fields = set(re.findall(r"(\w+)\s*=", root["hosts"]["type"].split("object(", 1)[1]))
     for name, host in tfvars["hosts"].items():
         assert set(host) == host_fields, name
-        for other in re.findall(r"\{host:([a-z0-9-]+)\}", host["command"]):
+        for other in re.findall(r"\{host:([A-Za-z0-9_-]+)\}", host["command"]):
             assert other in tfvars["hosts"], f"{name} names a host the plan does not have: {other}"
     assert len({h["address_index"] for h in tfvars["hosts"].values()}) == len(tfvars["hosts"])
 
@@ -137,3 +137,26 @@ def test_checkov_finds_nothing_and_every_skip_gives_its_reason() -> None:
     summary = [r.get("summary", {}) for r in reports]
     assert failed == [], [(c["check_id"], c["resource"], c["file_path"]) for c in failed]
     assert sum(s.get("passed", 0) for s in summary) > 0, out.stdout[-2000:]
+
+
+def test_locust_hosts_join_the_plan_when_asked_and_their_load_is_counted(tmp_path: Path) -> None:
+    spec = load_spec(SCALE_SCENARIOS[0])
+    without, with_locust = make_plan(spec), make_plan(spec, locust_users=5_000)
+    added = {h.name: h for h in with_locust.hosts}.keys() - {h.name for h in without.hosts}
+    assert sorted(added) == ["locust-master", "locust-worker-0", "locust-worker-1", "locust-worker-2"]
+    hosts = {h.name: h for h in with_locust.hosts}
+    master = hosts["locust-master"].command
+    assert "--master" in master and "--expect-workers 3" in master and "-u 5000" in master
+    assert "-f loadtests/locustfile.py" in master and "METRICS_URL=http://{host:replicator-" in master
+    assert "--master-host {host:locust-master}" in hosts["locust-worker-0"].command
+    for h in with_locust.hosts:
+        for other in re.findall(r"\{host:([A-Za-z0-9_-]+)\}", h.command):
+            assert other in hosts, f"{h.name} names a host the plan does not have: {other}"
+    # 5,000 more nodes at the scenario's speedup, into the first data centre's stream.
+    extra = 5_000 * spec.scenario.speedup / spec.scenario.fleet.interval
+    source = max(with_locust.streams, key=lambda s: s.msgs_per_s)  # the data centre's stream
+    before = next(s for s in without.streams if (s.cluster, s.stream) == (source.cluster, source.stream))
+    assert source.msgs_per_s == pytest.approx(before.msgs_per_s + extra)
+    assert with_locust.cost_per_hour() > without.cost_per_hour()
+    files = write_plan(with_locust, tmp_path, "../scenarios/scale/x.yaml")
+    assert "locust-worker-2" in json.loads(files[0].read_text())["hosts"]
