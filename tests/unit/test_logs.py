@@ -181,7 +181,8 @@ def test_a_cancelled_tasks_arrow_leak_check_is_left_to_debug() -> None:
     quiet = JvmOutput(quiet=True)
     out = [o for line in lines for o in quiet.feed(line)]
     assert [level for level, _ in out] == [logging.DEBUG, logging.DEBUG]
-    loud = [o for line in lines for o in JvmOutput(quiet=False).feed(line)]
+    shown = JvmOutput(quiet=False)
+    loud = [o for line in lines for o in shown.feed(line)]
     assert [level for level, _ in loud] == [
         logging.ERROR,
         logging.WARNING,
@@ -189,3 +190,19 @@ def test_a_cancelled_tasks_arrow_leak_check_is_left_to_debug() -> None:
         logging.WARNING,
         logging.WARNING,
     ]
+
+
+def test_a_traceback_header_cut_short_by_another_record_is_left_to_debug() -> None:
+    """Seen once in a test run: a lone header, then Spark's record of the failed batch."""
+    lines = [
+        "Traceback (most recent call last):",
+        "2026-11-24 23:26:38,660 ERROR spark.MicroBatchExecution: Query sr_S [id = 8b99] terminated with error",
+        "\tat org.apache.spark.sql.execution.streaming.sources.ForeachBatchSink.callBatchWriter(ForeachBatchSink.scala:56)",
+    ]
+    quiet = JvmOutput(quiet=True)
+    out = [o for line in lines for o in quiet.feed(line)]
+    assert [level for level, _ in out] == [logging.DEBUG, logging.DEBUG]
+    shown = JvmOutput(quiet=False)
+    loud = [o for line in lines for o in shown.feed(line)]
+    assert [level for level, _ in loud] == [logging.WARNING, logging.ERROR, logging.WARNING]
+    assert loud[0][1] == lines[0]
