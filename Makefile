@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # make dist: wheel, sdist, packed environment and submit file for spark-submit (harness/dist.py).
-.PHONY: install dist image test test-unit test-integration demo bench bench-emulator loadtest scenarios scale-plan lint format clean
+.PHONY: install dist image test test-unit test-integration demo bench bench-emulator loadtest scenarios scale-plan scale-rehearse scale-report lint format clean
 
 install: $(STAMP)
 
@@ -66,6 +66,19 @@ SCENARIO ?= scenarios/scale/million-realtime.yaml
 LOCUST_USERS ?= 0
 scale-plan: install
 	$(BIN)/python -m harness scale plan $(SCENARIO) --locust-users $(LOCUST_USERS)
+
+# The plan of SCENARIO run on this machine, scaled down (REHEARSE_NODES nodes for REHEARSE_SECONDS of
+# scenario time): every host's command on a loopback address of its own, then the report.
+REHEARSE_NODES ?= 3000
+REHEARSE_SECONDS ?= 150
+scale-rehearse: install
+	$(BIN)/python -m harness scale rehearse $(SCENARIO) --nodes $(REHEARSE_NODES) --duration $(REHEARSE_SECONDS)
+
+# The hosts' reports of an EC2 run (BUCKET: the bucket's name, or a local copy) as the scenario
+# runner's report; SCENARIO_NAME is the scenario's name (default: the one of SCENARIO).
+SCENARIO_NAME ?= $(basename $(notdir $(SCENARIO)))
+scale-report: install
+	$(BIN)/python -m harness scale report $(BUCKET) $(SCENARIO_NAME)
 
 # USERS, SPAWN_RATE, DURATION, SOURCE_URL, TARGET_URL override (e.g. make loadtest USERS=2000).
 loadtest: install

@@ -84,6 +84,104 @@ def scale_plan(
         typer.echo(f"wrote {path}")
 
 
+def _named_urls(option: str, values: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for v in values:
+        name, sep, url = v.partition("=")
+        if not sep or not name or not url:
+            _fail(f"{option} {v!r}: give NAME=URL")
+        out.setdefault(name, []).append(url)
+    return out
+
+
+@scale.command("check")
+def scale_check(
+    file: Annotated[Path, typer.Argument(help="Scenario YAML file")],
+    cluster: Annotated[list[str], typer.Option(help="NAME=URLS of each cluster of the scenario's topology")],
+    metrics: Annotated[list[str], typer.Option(help="NAME=URL: a replicator's /metrics (once per instance)")],
+    out: Annotated[Path, typer.Option(help="Where check.json goes")] = Path("reports"),
+    quiet: Annotated[
+        float, typer.Option(min=1, help="Seconds the fleet's streams must hold still once it is done")
+    ] = 15.0,
+) -> None:
+    """The scale test's checker host: make the advisory streams, watch the run, check it
+    against the ground truth, write check.json (make scale-report reads it)."""
+    from emulator.scenario import ScenarioError
+    from harness.scale.check import run_check
+    from harness.scenario.spec import load_spec
+    from replicator.logs import setup_logging
+
+    try:
+        spec = load_spec(file)
+    except ScenarioError as e:
+        _fail(str(e))
+        return
+    urls = {name: ",".join(u) for name, u in _named_urls("--cluster", cluster).items()}
+    setup_logging("info")
+    try:
+        path = run_check(spec, urls, _named_urls("--metrics", metrics), out, quiet_s=quiet)
+    except (ValueError, RuntimeError) as e:
+        _fail(str(e))
+        return
+    typer.echo(f"wrote {path}")
+
+
+@scale.command("report")
+def scale_report(
+    bucket: Annotated[
+        str, typer.Argument(help="The test's bucket (NAME or s3://NAME) or a local copy of it")
+    ],
+    scenario_name: Annotated[str, typer.Argument(help="The scenario's name (its `name:`)")],
+    out: Annotated[Path, typer.Option(help="Where the report (JSON, PNG) and fetched files go")] = Path(
+        "reports/scale"
+    ),
+) -> None:
+    """Gather the hosts' reports of a scale test into the scenario runner's report."""
+    from harness.scale.report import ReportError, build_report, fetch
+
+    try:
+        hosts = fetch(bucket, scenario_name, out / "hosts")
+        report = build_report(hosts, out)
+    except ReportError as e:
+        _fail(str(e))
+        return
+    typer.echo(report.table())
+    typer.echo(f"report: {out / (scenario_name + '.json')}, {out / (scenario_name + '.png')}")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@scale.command("rehearse")
+def scale_rehearse(
+    file: Annotated[Path, typer.Argument(help="Scenario YAML file")],
+    nodes: Annotated[int, typer.Option(min=1, help="The fleet's nodes in the rehearsal")] = 3000,
+    duration: Annotated[
+        float, typer.Option(min=10, help="The rehearsal's duration, seconds of scenario time")
+    ] = 150.0,
+    work: Annotated[Path, typer.Option(help="The hosts' folders, the bucket and the report")] = Path(
+        "reports/rehearsal"
+    ),
+    locust_users: Annotated[int, typer.Option(min=0, help="Locust users, as in scale plan")] = 0,
+) -> None:
+    """Run a scenario's EC2 plan on this machine, scaled down: each host's own command on a
+    loopback address of its own; then the report, as make scale-report makes it."""
+    from emulator.scenario import ScenarioError
+    from harness.scale.rehearse import RehearsalError, rehearse
+    from harness.scale.report import ReportError
+    from replicator.logs import setup_logging
+
+    setup_logging("info")
+    try:
+        report, bucket = rehearse(file, work, nodes, duration, locust_users)
+    except (ScenarioError, ValueError, RehearsalError, ReportError) as e:
+        _fail(str(e))
+        return
+    typer.echo(report.table())
+    typer.echo(f"hosts: {work / 'hosts'}; bucket: {bucket}; report: {work / 'report'}")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 @app.command("jvm-archive")
 def jvm_archive(
     force: Annotated[bool, typer.Option(help="Build it again even if one exists")] = False,

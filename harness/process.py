@@ -48,10 +48,12 @@ def monitor_port_of(config: Path) -> int:
     return port
 
 
-def readiness(port: int, timeout: float = 2.0) -> dict[str, object] | None:
-    """The replicator's /readyz document, None while it does not answer."""
+def readiness(port: int | str, timeout: float = 2.0) -> dict[str, object] | None:
+    """The replicator's /readyz document, None while it does not answer. `port`: on this
+    machine's loopback address, or the URL of the replicator's /metrics or /readyz."""
+    url = f"http://127.0.0.1:{port}/readyz" if isinstance(port, int) else port.replace("/metrics", "/readyz")
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=timeout) as r:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             return dict(json.loads(r.read()))
     except urllib.error.HTTPError as e:  # 503: not ready yet, the body says why
         return dict(json.loads(e.read()))

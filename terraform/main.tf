@@ -16,14 +16,14 @@ module "network" {
 module "reports_bucket" {
   source = "./modules/reports_bucket"
   name   = "sr-${var.scenario}"
-  # The wheel, the scenario and the locust load test's files (loadtests/ and the one harness
-  # module it uses; locust hosts run them from the hosts' working directory).
+  # The wheel, the scenario, the locust load test (loadtests/) and the harness (the checker
+  # host's `python -m harness scale check`); hosts run them from their working directory.
   uploads = merge(
     {
       "dist/stream_replicator.whl" = var.project_wheel
       "scenario.yaml"              = var.scenario_file
     },
-    { for f in fileset("${path.module}/..", "{loadtests/*.py,harness/__init__.py,harness/scrape.py}") : "code/${f}" => "${path.module}/../${f}" }
+    { for f in fileset("${path.module}/..", "{loadtests/*.py,harness/**/*.py}") : "code/${f}" => "${path.module}/../${f}" }
   )
 }
 

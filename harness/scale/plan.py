@@ -4,7 +4,9 @@ replicator will be, what it costs an hour; and the files terraform and each host
 Pure: the same scenario file gives the same bytes. Host commands name other hosts as
 `{host:NAME}` (and the host itself as `{self}`); on EC2 each host puts in the fixed private
 addresses terraform gives them (terraform/templates/user_data.sh.tftpl), a rehearsal on this
-machine puts in 127.0.0.1 and a port per host.
+machine (harness/scale/rehearse.py) a loopback address of its own per host. So every command
+listens on its host's own address, never on all of them, and keeps its files under its working
+directory (/var/lib/stream-replicator on EC2): the same commands run side by side on one machine.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ INSTANCE_TYPES = {
     "replicator": "m6i.xlarge",
     "locust-master": "c6i.large",
     "locust-worker": "c6i.large",
+    "checker": "r6i.large",
 }
 FIRST_ADDRESS = 10  # hosts get .10, .11, ... of the subnet, in name order
 NATS_CLIENT, NATS_ROUTES, NATS_MONITOR = 4222, 6222, 8222
@@ -140,8 +143,8 @@ def _nats_command(cluster: str, index: int, servers: int) -> str:
     parts = [
         "exec nats-server",
         f"--name nats-{cluster}-{index}",
-        f"-a 0.0.0.0 -p {NATS_CLIENT} -m {NATS_MONITOR}",
-        "-js -sd /var/lib/stream-replicator/nats",
+        f"-a {{self}} -p {NATS_CLIENT} -m {NATS_MONITOR}",
+        "-js -sd nats",
     ]
     if servers > 1:
         routes = ",".join(
@@ -149,7 +152,7 @@ def _nats_command(cluster: str, index: int, servers: int) -> str:
         )
         parts += [
             f"--cluster_name {cluster}",
-            f"--cluster nats://0.0.0.0:{NATS_ROUTES}",
+            f"--cluster nats://{{self}}:{NATS_ROUTES}",
             f"--routes {routes}",
         ]
     return " ".join(parts)
@@ -177,7 +180,8 @@ def _config_json(entries: list[dict[str, Any]], name: str, spark_master: str) ->
     cfg = {
         "name": name,
         "monitor_port": REPLICATOR_METRICS,
-        "state_store": "/var/lib/stream-replicator/state",
+        "monitor_address": "{self}",
+        "state_store": "state",
         "spark_master": spark_master,
         "spark_conf": {
             "spark.driver.host": "{self}",
@@ -217,6 +221,22 @@ def _locust_hosts(
         for i in range(workers)
     ]
     return hosts
+
+
+def _checker_command(spec: ScenarioSpec) -> str:
+    """The host that makes the streams the scenario's replicators advise into (and the election
+    bucket), watches the run, and checks it against the ground truth at its end
+    (harness/scale/check.py): its reports/check.json is what `make scale-report` turns into the
+    scenario runner's report."""
+    clusters = spec.clusters()
+    parts = ["exec python -m harness scale check scenario.yaml --out reports"]
+    parts += [f"--cluster {name}={_urls(name, c.servers)}" for name, c in clusters.items()]
+    for p in spec.processes():
+        for i in range(p.instances):
+            parts.append(
+                f"--metrics {p.name}=http://{{host:replicator-{p.name}-{i}}}:{REPLICATOR_METRICS}/metrics"
+            )
+    return " ".join(parts)
 
 
 def make_plan(
@@ -288,7 +308,7 @@ def make_plan(
             "spark-master",
             "spark-master",
             INSTANCE_TYPES["spark-master"],
-            f"exec {SPARK_CLASS} org.apache.spark.deploy.master.Master --host {{self}} "
+            f"SPARK_LOCAL_IP={{self}} exec {SPARK_CLASS} org.apache.spark.deploy.master.Master --host {{self}} "
             f"--port {SPARK_MASTER} --webui-port 8080",
         )
     )
@@ -298,8 +318,8 @@ def make_plan(
             f"spark-worker-{i}",
             "spark-worker",
             INSTANCE_TYPES["spark-worker"],
-            f"exec {SPARK_CLASS} org.apache.spark.deploy.worker.Worker {master} --host {{self}} "
-            f"--port {SPARK_WORKER} --webui-port 8081",
+            f"SPARK_LOCAL_IP={{self}} exec {SPARK_CLASS} org.apache.spark.deploy.worker.Worker {master} "
+            f"--host {{self}} --port {SPARK_WORKER} --webui-port 8081 --work-dir work",
         )
         for i in range(workers)
     ]
@@ -316,6 +336,8 @@ def make_plan(
             hosts.append(
                 Host(f"replicator-{p.name}-{i}", "replicator", INSTANCE_TYPES["replicator"], command)
             )
+
+    hosts.append(Host("checker", "checker", INSTANCE_TYPES["checker"], _checker_command(spec)))
 
     if locust_users > 0:
         first = next(name for name, c in clusters.items() if c.data_centres)

@@ -42,6 +42,7 @@ from harness.scrape import scrape
 from harness.servers import nats_cluster
 from harness.streams import count_messages, read_all
 from replicator.election import BUCKET as ELECTION_BUCKET
+from replicator.nats.jetstream import stream_info
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import SamplingParams
 from replicator.subjects import subject_matches
@@ -70,12 +71,12 @@ class HopRef:
         if len(self.metrics_urls) > 1:
             key = f"{self.hop.stream}/{self.hop.name}"
             for url in self.metrics_urls:
-                if _stream_state(int(url.rsplit(":", 1)[1].split("/")[0]), key) == "replicating":
+                if _stream_state(url, key) == "replicating":
                     return url
         return self.metrics_urls[0]
 
 
-def _stream_state(port: int, key: str) -> str | None:
+def _stream_state(port: int | str, key: str) -> str | None:
     """A stream entry's state on a replicator's /readyz (`replicating`, `standby`, ...)."""
     streams = (readiness(port, timeout=1.0) or {}).get("streams")
     return str(streams.get(key)) if isinstance(streams, dict) and key in streams else None
@@ -164,7 +165,7 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
     clusters = spec.clusters()
     with contextlib.ExitStack() as stack:
         urls = {name: stack.enter_context(nats_cluster(c.servers, name)).url for name, c in clusters.items()}
-        asyncio.run(_create_streams(urls, spec))
+        asyncio.run(create_streams(urls, spec))
         procs: dict[str, list[ReplicatorProcess]] = {}
         hops: list[HopRef] = []
         for p in spec.processes():
@@ -186,11 +187,7 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
                     ReplicatorProcess(cfg, report_dir / f"{s.name}.{instance}.log")
                 )
                 urls_of_metrics.append(f"http://127.0.0.1:{port}/metrics")
-            for entry in p.streams:
-                label = entry.name if len(spec.hops()) == 1 else f"{p.name}/{entry.name}"
-                hops.append(
-                    HopRef(label, p, entry, urls[entry.source], urls[entry.target], tuple(urls_of_metrics))
-                )
+            hops += hop_refs(spec, p, urls, urls_of_metrics)
         everyone = [r for rs in procs.values() for r in rs]
         stack.callback(lambda: _parallel([r.stop for r in everyone]))
         # One after the other, upstream first: JVMs starting together on a small machine starve
@@ -198,8 +195,8 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
         # restarts from its checkpoint, but the run loses a minute).
         for r in everyone:
             r.start()
-        _warm_up(hops)
-        watched = {f"{c}:{st}": (urls[c], st) for c, st in _streams_of(spec)}
+        warm_up(hops)
+        watched = {f"{c}:{st}": (urls[c], st) for c, st in streams_of(spec)}
         sampler = Sampler(watched, hops)
         sampler.start()
         stack.callback(sampler.stop)
@@ -229,25 +226,12 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
                 raise RuntimeError(f"emulator failed; see {errlog}")
         publish_seconds = time.monotonic() - t0
         outage_thread.join()
-        truths = _settle(spec, hops)
+        truths = settle(spec, hops)
         time.sleep(2)  # anything late (a wrong advisory) arrives too
         finals = {h.label: scrape(h.metrics_url(), worker=h.hop.name) for h in hops}
         _parallel([r.stop for r in everyone])
         sampler.stop()
-        observed = []
-        for h in hops:
-            truth, last_seq = truths[h.label]
-            target_msgs = asyncio.run(read_all(h.target_url, h.hop.target_name))
-            advisories = asyncio.run(read_all(h.source_url, h.hop.advisory_stream)) if h.hop.sampling else []
-            observed.append(HopObservation(
-                label=h.label,
-                truth=truth,
-                copies=copied_sequences(target_msgs, h.process.name, h.hop.name),
-                advisories=advisory_keys(advisories),
-                final_lag=int(finals[h.label]["lag"]),
-                max_lag=int(sampler.max_lag(h.label)),
-                processed_rate=sampler.processed_rate(h.label, truth.published, last_seq),
-            ))  # fmt: skip
+        observed = observe(hops, truths, finals, sampler)
     summaries = [json.loads(summary.read_text()) for _, summary, _ in emulators]
     obs = Observation(
         hops=observed,
@@ -261,7 +245,51 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
     return report, obs
 
 
-def _warm_up(hops: list[HopRef], timeout: float = 240) -> None:
+def hop_refs(
+    spec: ScenarioSpec, p: ProcessSpec, urls: dict[str, str], metrics_urls: list[str]
+) -> list[HopRef]:
+    """The streams process `p` replicates, with their clusters' URLs (`urls`: cluster name ->
+    URLs) and its instances' metrics URLs; labelled as reports name them."""
+    one = len(spec.hops()) == 1
+    return [
+        HopRef(
+            h.name if one else f"{p.name}/{h.name}",
+            p,
+            h,
+            urls.get(h.source, ""),
+            urls.get(h.target, ""),
+            tuple(metrics_urls),
+        )
+        for h in p.streams
+    ]
+
+
+def observe(
+    hops: list[HopRef],
+    truths: dict[str, tuple[Truth, int]],
+    finals: dict[str, dict[str, float]],
+    sampler: Sampler,
+) -> list[HopObservation]:
+    """What each hop wrote (copies, advisories, read back from the streams) beside its truth,
+    and its lag and rate from the replicator's metrics (`finals`: scraped at the end)."""
+    observed = []
+    for h in hops:
+        truth, last_seq = truths[h.label]
+        target_msgs = asyncio.run(read_all(h.target_url, h.hop.target_name))
+        advisories = asyncio.run(read_all(h.source_url, h.hop.advisory_stream)) if h.hop.sampling else []
+        observed.append(HopObservation(
+            label=h.label,
+            truth=truth,
+            copies=copied_sequences(target_msgs, h.process.name, h.hop.name),
+            advisories=advisory_keys(advisories),
+            final_lag=int(finals[h.label]["lag"]),
+            max_lag=int(sampler.max_lag(h.label)),
+            processed_rate=sampler.processed_rate(h.label, truth.published, last_seq),
+        ))  # fmt: skip
+    return observed
+
+
+def warm_up(hops: list[HopRef], timeout: float = 240) -> None:
     """Wait until every sampled stream has run its first micro-batch (a sampled source runs one
     each second even without data): the first one of a stateful query takes tens of seconds
     (Python workers, code generation, state store), which would otherwise fall inside the run
@@ -280,7 +308,7 @@ def _warm_up(hops: list[HopRef], timeout: float = 240) -> None:
     log.info("replicators warm: %s", ", ".join(h.label for h in hops))
 
 
-def _streams_of(spec: ScenarioSpec) -> list[tuple[str, str]]:
+def streams_of(spec: ScenarioSpec) -> list[tuple[str, str]]:
     """(cluster, stream) of every stream the run fills: the fleet's, copies, advisories."""
     out: list[tuple[str, str]] = [(n, c.stream) for n, c in spec.clusters().items() if c.data_centres]
     for _, h in spec.hops():
@@ -323,11 +351,14 @@ def _outages(
         rep.start(wait=not o.kill)
 
 
-def _settle(spec: ScenarioSpec, hops: list[HopRef]) -> dict[str, tuple[Truth, int]]:
+def settle(
+    spec: ScenarioSpec, hops: list[HopRef], final_ms: int | None = None
+) -> dict[str, tuple[Truth, int]]:
     """Level by level (a hop's source is final once the hops feeding it are done): compute
     each hop's ground truth from its source stream as it now is, then wait until every stream
     holds what the truths say it will, or a generous limit. Waiting covers the expiry of every
-    sender that went silent, after which no advisory can still come."""
+    sender that went silent, after which no advisory can still come; with `final_ms` (a
+    clock, ms) only the advisories due by then are waited for."""
     by_key = {(h.process.name, h.hop.name): h for h in hops}
     truths: dict[str, tuple[Truth, int]] = {}
     want: Counter[tuple[str, str]] = Counter()
@@ -339,12 +370,12 @@ def _settle(spec: ScenarioSpec, hops: list[HopRef]) -> dict[str, tuple[Truth, in
             if hop.filter_subject:  # a partition: its share of the stream
                 source = [m for m in source if subject_matches(m.subject, hop.filter_subject)]
             ext, params = _params(hop, spec.scenario.speedup)
-            truth = ground_truth(source, ext, params)
+            truth = ground_truth(source, ext, params, final_ms)
             truths[h.label] = (truth, source[-1].seq if source else 0)
             want[(h.target_url, hop.target_name)] += len(truth.copied)
             if params:
                 want[(h.source_url, hop.advisory_stream)] += len(truth.advisories)
-                longest = max(longest, params.inspect_ms / 1000)
+                longest = max(longest, params.inspect_ms / 1000 if final_ms is None else 0)
         deadline = time.monotonic() + longest + 130
         while time.monotonic() < deadline:
             if all(asyncio.run(count_messages(url, st)) >= n for (url, st), n in want.items()):
@@ -437,7 +468,7 @@ def evaluate(spec: ScenarioSpec, obs: Observation) -> Report:
     return report
 
 
-async def _create_streams(urls: dict[str, str], spec: ScenarioSpec) -> None:
+async def create_streams(urls: dict[str, str], spec: ScenarioSpec) -> None:
     """The fleet's streams in the data centres, and the advisory streams the sampled hops
     publish into; every other stream the replicators create (from their source's config)."""
     clusters = spec.clusters()
@@ -462,6 +493,8 @@ async def _create_streams(urls: dict[str, str], spec: ScenarioSpec) -> None:
     for (name, stream), subjects in wanted.items():
         nc = await nats.connect(urls[name].split(","))
         try:
+            if await stream_info(nc, stream) is not None:  # made by an emulator (scale tests)
+                continue
             replicas = min(3, clusters[name].servers)
             await nc.jetstream().add_stream(
                 StreamConfig(name=stream, subjects=subjects, allow_direct=True, num_replicas=replicas)

@@ -36,8 +36,13 @@ class Truth:
 
 
 def ground_truth(
-    source: list[RawMessage], extractor: SenderExtractor | None, p: SamplingParams | None
+    source: list[RawMessage],
+    extractor: SenderExtractor | None,
+    p: SamplingParams | None,
+    final_ms: int | None = None,
 ) -> Truth:
+    """`final_ms`: the clock the advisories are due by (default: the end of the run, once
+    every sender that went silent has expired)."""
     if extractor is None or p is None:
         return Truth([m.seq for m in source], [], len(source), 0)
     msgs = []
@@ -45,7 +50,7 @@ def ground_truth(
         sender, force = extractor.extract(m.subject, m.headers, m.data)
         msgs.append(Message(m.seq, sender, m.ts_ns // 1_000_000, len(m.data), force))
     # The run ends after every sender that went silent has expired.
-    final = (max(m.ts_ms for m in msgs) if msgs else 0) + p.inspect_ms
+    final = (max(m.ts_ms for m in msgs) if msgs else 0) + p.inspect_ms if final_ms is None else final_ms
     copied, advs = reference(msgs, final, p)
     return Truth(copied, sorted((a.sender, str(a.event), a.event_ms // 1000) for a in advs), len(msgs), final)
 

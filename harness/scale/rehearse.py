@@ -1,0 +1,245 @@
+"""`make scale-rehearse`: the EC2 scale test of a scenario rehearsed on this machine.
+
+The scenario is scaled down (its fleet's node count and its duration; nothing else changes),
+planned as for EC2 (harness/scale/plan.py), and every host of the plan runs its very command
+here: in a folder of its own (its working directory, as /var/lib/stream-replicator is on EC2,
+with the scenario file and the code the bucket ships), on a loopback address of its own
+(127.0.77.N, where EC2 gives 10.x.y.N), with `{host:NAME}` and `{self}` put in as the EC2 hosts
+do. Each host's `reports/` is then copied into a local bucket laid out as the S3 one, and the
+report is made from it exactly as `make scale-report` makes an EC2 run's.
+
+On EC2 the hosts start in any order and their services retry; here they start role by role
+(servers, Spark, the checker, the replicators, then the fleet once the replicators have run a
+batch) so a small machine is not asked to start every JVM at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from harness.process import readiness
+from harness.scale.plan import (
+    NATS_CLIENT,
+    REPLICATOR_METRICS,
+    SPARK_MASTER,
+    SPARK_WORKER,
+    Host,
+    Plan,
+    make_plan,
+    write_plan,
+)
+from harness.scale.report import build_report
+from harness.scenario.runner import hop_refs, warm_up
+from harness.scenario.spec import ScenarioSpec, load_spec
+from harness.scenario.truth import Report
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+LOOPBACK = "127.0.77."
+# What the bucket ships to every host beside the wheel (terraform/main.tf, "code/").
+SHIPPED_CODE = ("harness", "loadtests")
+# Roles in the order they start here; within a role, hosts in name order.
+START_ORDER = ("nats", "spark-master", "spark-worker", "checker", "replicator", "locust-master",
+               "locust-worker", "emulator")  # fmt: skip
+
+
+class RehearsalError(Exception):
+    """A one-line reason the rehearsal stopped, naming the host and its log."""
+
+
+def scaled_scenario(path: Path, nodes: int, duration_s: float) -> str:
+    """The scenario file with its fleet's node count and its duration replaced."""
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    data["fleet"]["nodes"] = nodes
+    data["duration"] = f"{duration_s:g}s"
+    data["description"] = (
+        f"{data.get('description', '')} (rehearsal: {nodes:,} nodes, {duration_s:g}s)".strip()
+    )
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def host_addresses(plan: Plan) -> dict[str, str]:
+    """Each host's loopback address: the last byte is its offset in the EC2 subnet."""
+    hosts = plan.tfvars("scenario.yaml")["hosts"]
+    return {name: f"{LOOPBACK}{h['address_index']}" for name, h in hosts.items()}
+
+
+def render(command: str, own: str, addresses: dict[str, str]) -> str:
+    """The command as a host runs it (terraform/templates/user_data.sh.tftpl does the same)."""
+    for name, ip in addresses.items():
+        command = command.replace(f"{{host:{name}}}", ip)
+    return command.replace("{self}", own)
+
+
+@dataclass
+class HostProcess:
+    host: Host
+    address: str
+    workdir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "service.log"
+
+    def start(self, addresses: dict[str, str], env: dict[str, str]) -> None:
+        command = render(self.host.command, self.address, addresses)
+        self._log = self.log_path.open("ab")
+        log.info("%s (%s): %s", self.host.name, self.address, command[:160])
+        self.proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=self.workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def exited(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])
+
+
+def _wait(what: str, ok: Any, hosts: list[HostProcess], limit_s: float) -> None:
+    """Wait until `ok()`; fail at once if a host's service exited (its log's tail says why)."""
+    deadline = time.monotonic() + limit_s
+    while not ok():
+        for h in hosts:
+            rc = h.exited()
+            if rc is not None and rc != 0:
+                raise RehearsalError(
+                    f"{h.host.name}: its command exited with {rc} while waiting for {what}; "
+                    f"see {h.log_path}: {h.tail()}"
+                )
+        if time.monotonic() > deadline:
+            raise RehearsalError(f"{what}: not within {limit_s:.0f}s; see the hosts' service.log")
+        time.sleep(0.5)
+
+
+def _listening(address: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((address, port)) == 0
+
+
+def _ready(address: str) -> bool:
+    doc = readiness(f"http://{address}:{REPLICATOR_METRICS}/readyz", timeout=1.0)
+    return bool(doc and doc.get("ready"))
+
+
+def _host_dir(work: Path, host: Host, scenario_text: str) -> Path:
+    d = work / "hosts" / host.name
+    (d / "reports").mkdir(parents=True, exist_ok=True)
+    (d / "scenario.yaml").write_text(scenario_text)
+    for code in SHIPPED_CODE:
+        link = d / code
+        if not link.exists():
+            link.symlink_to(ROOT / code)
+    return d
+
+
+def rehearse(
+    scenario: Path, work: Path, nodes: int, duration_s: float, locust_users: int = 0
+) -> tuple[Report, Path]:
+    """Run the scaled-down plan of `scenario` under `work`; the report and the bucket folder."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    text = scaled_scenario(scenario, nodes, duration_s)
+    scaled = work / "scenario.yaml"
+    scaled.write_text(text)
+    spec: ScenarioSpec = load_spec(scaled)
+    plan = make_plan(spec, locust_users=locust_users)
+    write_plan(plan, work / "plan", str(scaled))
+    addresses = host_addresses(plan)
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONPATH", None)  # hosts run the shipped code from their working directory
+    procs = {h.name: HostProcess(h, addresses[h.name], _host_dir(work, h, text)) for h in plan.hosts}
+    ordered = sorted(procs.values(), key=lambda p: (START_ORDER.index(p.host.role), p.host.name))
+    started: list[HostProcess] = []
+    s = spec.scenario
+    # Stopped by SIGTERM (timeout, CI): the hosts are stopped too, as after Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        for role in START_ORDER:
+            group = [p for p in ordered if p.host.role == role]
+            for p in group:
+                p.start(addresses, env)
+                started.append(p)
+            if role == "nats":
+                _wait("the NATS servers", lambda g=group: all(_listening(p.address, NATS_CLIENT) for p in g),
+                      started, 60)  # fmt: skip
+            elif role == "spark-master":
+                _wait("the Spark master", lambda g=group: all(_listening(p.address, SPARK_MASTER) for p in g),
+                      started, 120)  # fmt: skip
+            elif role == "spark-worker":
+                _wait("the Spark workers", lambda g=group: all(_listening(p.address, SPARK_WORKER) for p in g),
+                      started, 120)  # fmt: skip
+            elif role == "replicator":
+                _wait(
+                    "the replicators' /readyz",
+                    lambda g=group: all(_ready(p.address) for p in g),
+                    started,
+                    600,
+                )
+                metrics = {
+                    pr.name: [
+                        f"http://{addresses[f'replicator-{pr.name}-{i}']}:{REPLICATOR_METRICS}/metrics"
+                        for i in range(pr.instances)
+                    ]
+                    for pr in spec.processes()
+                }
+                warm_up([h for pr in spec.processes() for h in hop_refs(spec, pr, {}, metrics[pr.name])])
+        checker = procs["checker"]
+        limit = s.duration / s.speedup + 900
+        _wait("the checker's end", lambda: checker.exited() is not None, started, limit)
+        if checker.exited() != 0:
+            raise RehearsalError(
+                f"checker: exited with {checker.exited()}; see {checker.log_path}: {checker.tail()}"
+            )
+    finally:
+        for p in reversed(started):
+            p.stop()
+    bucket = work / "bucket"
+    for name, p in procs.items():
+        # What each host's sr-reports timer does: its reports/ into the bucket, under its name.
+        shutil.copytree(p.workdir / "reports", bucket / "reports" / s.name / name, dirs_exist_ok=True)
+    report = build_report(bucket / "reports" / s.name, work / "report")
+    return report, bucket

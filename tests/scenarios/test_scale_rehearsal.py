@@ -1,0 +1,46 @@
+"""The EC2 scale test's rehearsal: the million-node plan, scaled down, every host's own command
+run on a loopback address of its own (NATS clusters, a Spark standalone master and worker, the
+replicator on them, the emulators, the checker), and the report made from the local bucket as
+`make scale-report` makes an EC2 run's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_million_node_plan_rehearsed_small_passes_its_ground_truth(tmp_path: Path) -> None:
+    work = tmp_path / "rehearsal"
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "scale", "rehearse", "scenarios/scale/million-realtime.yaml",
+         "--nodes", "600", "--duration", "60", "--work", str(work)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "scenario million-realtime: PASS" in done.stdout
+
+    hosts = sorted(p.name for p in (work / "hosts").iterdir())
+    plan = json.loads((work / "plan" / "hosts.json").read_text())
+    assert hosts == sorted(h["name"] for h in plan)  # every host of the plan ran
+    assert len([h for h in hosts if h.startswith("emulator-")]) == 4
+    bucket = work / "bucket" / "reports" / "million-realtime"
+    assert (bucket / "checker" / "check.json").is_file()
+    summaries = [json.loads(p.read_text()) for p in bucket.glob("emulator-*/emulator-summary.json")]
+    assert len(summaries) == 4 and all(s["failed"] == 0 for s in summaries)
+
+    report = json.loads((work / "report" / "million-realtime.json").read_text())
+    assert report["ok"]
+    figures = report["figures"]
+    published = sum(s["published"] for s in summaries)
+    # A first publish per node, every one copied and announced with a `new` advisory.
+    assert published > 0 and figures["published"] == figures["read"] == figures["copied"] == published
+    assert figures["advisories"] == published
+    assert (work / "report" / "million-realtime.png").stat().st_size > 5000

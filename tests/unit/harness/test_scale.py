@@ -1,0 +1,90 @@
+"""The scale test's pure parts: what a rehearsal host runs (addresses put in, the scenario
+scaled), the cut-off of a real-time run's advisory check, and the report's clear refusals."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.scale.check import quiet_second
+from harness.scale.plan import make_plan
+from harness.scale.rehearse import LOOPBACK, host_addresses, render, scaled_scenario
+from harness.scale.report import ReportError, build_report, fetch
+from harness.scenario.spec import load_spec
+from harness.scenario.truth import Truth
+
+ROOT = Path(__file__).resolve().parents[3]
+SCALE = sorted((ROOT / "scenarios" / "scale").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SCALE, ids=lambda p: p.stem)
+def test_every_host_listens_on_its_own_address_and_keeps_its_files_in_its_folder(path: Path) -> None:
+    """What lets the same commands run side by side on one machine in a rehearsal."""
+    plan = make_plan(load_spec(path), locust_users=100)
+    for h in plan.hosts:
+        assert "0.0.0.0" not in h.command, h.name
+        assert not re.search(r"(?<![\w.])/(var|opt|etc|tmp)/", h.command), f"{h.name}: an absolute path"
+    roles = {h.role for h in plan.hosts}
+    assert {"nats", "emulator", "spark-master", "spark-worker", "replicator", "checker"} <= roles
+    checker = next(h for h in plan.hosts if h.role == "checker").command
+    for name in load_spec(path).clusters():
+        assert f"--cluster {name}=" in checker
+
+
+def test_a_rehearsal_host_gets_the_address_ec2_would_give_it_on_loopback() -> None:
+    plan = make_plan(load_spec(SCALE[0]))
+    addresses = host_addresses(plan)
+    tfvars = plan.tfvars("x.yaml")["hosts"]
+    assert addresses == {n: f"{LOOPBACK}{h['address_index']}" for n, h in tfvars.items()}
+    assert len(set(addresses.values())) == len(addresses)
+    replicator = next(h for h in plan.hosts if h.role == "replicator")
+    command = render(replicator.command, addresses[replicator.name], addresses)
+    assert "{" + "host:" not in command and "{self}" not in command
+    assert f"spark://{addresses['spark-master']}:7077" in command
+    assert f'"monitor_address":"{addresses[replicator.name]}"' in command
+
+
+def test_a_scaled_scenario_changes_the_fleet_size_and_duration_and_nothing_else(tmp_path: Path) -> None:
+    original = yaml.safe_load(SCALE[0].read_text())
+    scaled = yaml.safe_load(scaled_scenario(SCALE[0], 600, 60))
+    assert scaled["fleet"]["nodes"] == 600 and scaled["duration"] == "60s"
+    for key in set(original) - {"fleet", "duration", "description"}:
+        assert scaled[key] == original[key], key
+    assert {k: v for k, v in scaled["fleet"].items() if k != "nodes"} == {
+        k: v for k, v in original["fleet"].items() if k != "nodes"
+    }
+    path = tmp_path / "s.yaml"
+    path.write_text(scaled_scenario(SCALE[0], 600, 60))
+    assert load_spec(path).scenario.fleet.nodes == 600
+
+
+def test_the_cut_of_a_real_time_check_falls_in_a_second_with_no_advisory_due_around_it() -> None:
+    due = [("n1", "new", 1000), ("n2", "new", 997), ("n3", "timeout", 996), ("n4", "new", 990)]
+    truths = {"hop": (Truth([], due, 4, 0), 4)}
+    cut = quiet_second(truths, 1_000_500)
+    assert cut <= 1000 - 3
+    seconds = {a[2] for a in due}
+    assert cut not in seconds and cut + 1 not in seconds
+    assert cut == 994  # 997 and 996 are due, 995 is next to 996: the first quiet one below
+    assert quiet_second(truths, 1_001_500) == 998  # 998 and 999 are quiet
+    assert quiet_second({"hop": (Truth([], [], 0, 0), 0)}, 2_000_000) == 1997
+
+
+def test_the_report_refuses_what_is_not_a_finished_run_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match="no such directory"):
+        fetch(str(tmp_path / "absent"), "million-realtime", tmp_path / "x")
+    (tmp_path / "bucket" / "reports" / "other").mkdir(parents=True)
+    with pytest.raises(ReportError, match="no reports/million-realtime/"):
+        fetch(str(tmp_path / "bucket"), "million-realtime", tmp_path / "x")
+    hosts = tmp_path / "bucket" / "reports" / "million-realtime"
+    (hosts / "checker").mkdir(parents=True)
+    assert fetch(str(tmp_path / "bucket"), "million-realtime", tmp_path / "x") == hosts
+    with pytest.raises(ReportError, match=r"check\.json: missing; the checker host writes it"):
+        build_report(hosts, tmp_path / "out")
+    (hosts / "checker" / "check.json").write_text(json.dumps({"hops": []}))
+    with pytest.raises(ReportError, match="no emulator-"):
+        build_report(hosts, tmp_path / "out")
