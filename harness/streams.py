@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from typing import TypeVar
 
 from replicator.headers import SOURCE_HEADER, parse_source_header
 from replicator.nats.connect import TLSSettings, open_connection
 from replicator.nats.jetstream import stream_info
 from replicator.nats.readers import RawMessage, read_chunks
 from replicator.nats.wire import first_value
+
+T = TypeVar("T")
 
 
 async def count_messages(url: str, stream: str) -> int:
@@ -23,22 +27,35 @@ async def count_messages(url: str, stream: str) -> int:
 
 async def read_all(url: str, stream: str, tls: TLSSettings | None = None) -> list[RawMessage]:
     """Every message of `stream` in sequence order (it holds them all in memory)."""
+    return await read_digested(url, stream, lambda chunk: chunk, tls=tls)
+
+
+async def read_digested(
+    url: str,
+    stream: str,
+    digest: Callable[[list[RawMessage]], list[T]],
+    filter_subject: str = "",
+    tls: TLSSettings | None = None,
+) -> list[T]:
+    """What `digest` keeps of each chunk of `stream`'s messages (those matching
+    `filter_subject`), in sequence order: a check of a stream larger than memory keeps only
+    what it compares (a sender and a size, a header)."""
     nc = await open_connection(url, tls, name="harness-read", pending_size=256 * 1024 * 1024)
     try:
         info = await stream_info(nc, stream)
         if info is None or info.state.messages == 0:
             return []
-        return [
-            m
-            async for chunk in read_chunks(
-                nc,
-                stream,
-                info.state.first_seq,
-                info.state.last_seq + 1,
-                direct=bool(info.config.allow_direct),
-            )
-            for m in chunk
-        ]
+        out: list[T] = []
+        async for chunk in read_chunks(
+            nc,
+            stream,
+            info.state.first_seq,
+            info.state.last_seq + 1,
+            direct=bool(info.config.allow_direct),
+            filter_subject=filter_subject,
+        ):
+            out += digest(chunk)
+        return out
     finally:
         await nc.close()
 

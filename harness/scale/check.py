@@ -26,42 +26,16 @@ from harness.scenario.runner import (
     create_streams,
     hop_refs,
     observe,
-    settle,
+    settle_for_check,
     streams_of,
 )
 from harness.scenario.spec import ScenarioSpec
-from harness.scenario.truth import Truth
 from harness.scrape import scrape
 from harness.streams import count_messages
 
 log = logging.getLogger(__name__)
 
 CHECK_FILE = "check.json"
-# Longer than this between the fleet's last message and its senders' expiry (a real-time run
-# with an hour's inspect_duration), the check covers the advisories due until it ends, not all.
-MAX_EXPIRY_WAIT_S = 600.0
-
-
-def _expiry_wall_s(spec: ScenarioSpec) -> float:
-    """Wall seconds after a sampled stream's last message until its last sender expires."""
-    s = spec.scenario
-    return (
-        max((h.inspect_duration or 0.0) / s.speedup for _, h in spec.hops() if h.sampling)
-        if any(h.sampling for _, h in spec.hops())
-        else 0.0
-    )
-
-
-def quiet_second(truths: dict[str, tuple[Truth, int]], final_ms: int) -> int:
-    """A second (Unix time) before `final_ms` with no advisory due in it or the next: every
-    advisory due up to it has been compared, none after it. The replicator stamps an advisory
-    within a second of when the rules say (scenario.truth.compare_advisories), so an advisory
-    due right at the cut could land on either side of it; a quiet cut has none there."""
-    due = {a[2] for truth, _ in truths.values() for a in truth.advisories}
-    cut = final_ms // 1000 - 3
-    while cut in due or cut + 1 in due:
-        cut -= 1
-    return cut
 
 
 def _retry(what: str, fn: Callable[[], object], limit_s: float) -> None:
@@ -141,23 +115,12 @@ def run_check(
     sampler.start()
     try:
         publish_seconds = wait_for_fleet(spec, urls, quiet_s, start_limit_s)
-        if _expiry_wall_s(spec) <= MAX_EXPIRY_WAIT_S:
-            truths, cut = settle(spec, hops), None
-        else:
-            final_ms = int(time.time() * 1000)
-            truths = settle(spec, hops, final_ms)
-            cut = quiet_second(truths, final_ms)
-            log.info("advisories checked up to %s (the senders expire %.0fs after their last message)",
-                     time.strftime("%H:%M:%S", time.gmtime(cut)), _expiry_wall_s(spec))  # fmt: skip
+        truths, cut = settle_for_check(spec, hops)
         time.sleep(2)  # anything late (a wrong advisory) arrives too
         finals = {h.label: scrape(h.metrics_url(), worker=h.hop.name) for h in hops}
-        observed = observe(hops, truths, finals, sampler)
+        observed = observe(hops, truths, finals, sampler, cut)
     finally:
         sampler.stop()
-    if cut is not None:
-        for o in observed:
-            o.truth.advisories = [a for a in o.truth.advisories if a[2] <= cut]
-            o.advisories = [a for a in o.advisories if a[2] <= cut]
     doc = {
         "scenario": spec.scenario.name,
         "advisories_until": cut,

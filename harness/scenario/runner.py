@@ -36,16 +36,16 @@ from harness.scenario.truth import (
     compare_advisories,
     compare_copies,
     copied_sequences,
+    digest,
     ground_truth,
 )
 from harness.scrape import scrape
 from harness.servers import nats_cluster
-from harness.streams import count_messages, read_all
+from harness.streams import count_messages, read_digested
 from replicator.election import BUCKET as ELECTION_BUCKET
 from replicator.nats.jetstream import stream_info
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import SamplingParams
-from replicator.subjects import subject_matches
 
 log = logging.getLogger(__name__)
 
@@ -226,12 +226,12 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
                 raise RuntimeError(f"emulator failed; see {errlog}")
         publish_seconds = time.monotonic() - t0
         outage_thread.join()
-        truths = settle(spec, hops)
+        truths, cut = settle_for_check(spec, hops)
         time.sleep(2)  # anything late (a wrong advisory) arrives too
         finals = {h.label: scrape(h.metrics_url(), worker=h.hop.name) for h in hops}
         _parallel([r.stop for r in everyone])
         sampler.stop()
-        observed = observe(hops, truths, finals, sampler)
+        observed = observe(hops, truths, finals, sampler, cut)
     summaries = [json.loads(summary.read_text()) for _, summary, _ in emulators]
     obs = Observation(
         hops=observed,
@@ -269,19 +269,29 @@ def observe(
     truths: dict[str, tuple[Truth, int]],
     finals: dict[str, dict[str, float]],
     sampler: Sampler,
+    cut: int | None = None,
 ) -> list[HopObservation]:
     """What each hop wrote (copies, advisories, read back from the streams) beside its truth,
-    and its lag and rate from the replicator's metrics (`finals`: scraped at the end)."""
+    and its lag and rate from the replicator's metrics (`finals`: scraped at the end). With a
+    `cut` (settle_for_check), the advisories due up to that second on both sides."""
     observed = []
     for h in hops:
         truth, last_seq = truths[h.label]
-        target_msgs = asyncio.run(read_all(h.target_url, h.hop.target_name))
-        advisories = asyncio.run(read_all(h.source_url, h.hop.advisory_stream)) if h.hop.sampling else []
+        if cut is not None:
+            truth.advisories = [a for a in truth.advisories if a[2] <= cut]
+        copies = asyncio.run(
+            read_digested(h.target_url, h.hop.target_name, copied_sequences(h.process.name, h.hop.name))
+        )
+        advisories = (
+            asyncio.run(read_digested(h.source_url, h.hop.advisory_stream, advisory_keys))
+            if h.hop.sampling
+            else []
+        )
         observed.append(HopObservation(
             label=h.label,
             truth=truth,
-            copies=copied_sequences(target_msgs, h.process.name, h.hop.name),
-            advisories=advisory_keys(advisories),
+            copies=copies,
+            advisories=sorted(a for a in advisories if cut is None or a[2] <= cut),
             final_lag=int(finals[h.label]["lag"]),
             max_lag=int(sampler.max_lag(h.label)),
             processed_rate=sampler.processed_rate(h.label, truth.published, last_seq),
@@ -366,11 +376,10 @@ def settle(
         longest = 0.0
         for p, hop in level:
             h = by_key[(p.name, hop.name)]
-            source = asyncio.run(read_all(h.source_url, hop.stream))
-            if hop.filter_subject:  # a partition: its share of the stream
-                source = [m for m in source if subject_matches(m.subject, hop.filter_subject)]
             ext, params = _params(hop, spec.scenario.speedup)
-            truth = ground_truth(source, ext, params, final_ms)
+            # A partition reads its share of the stream (filter_subject).
+            source = asyncio.run(read_digested(h.source_url, hop.stream, digest(ext), hop.filter_subject))
+            truth = ground_truth(source, params, final_ms)
             truths[h.label] = (truth, source[-1].seq if source else 0)
             want[(h.target_url, hop.target_name)] += len(truth.copied)
             if params:
@@ -382,6 +391,44 @@ def settle(
                 break
             time.sleep(1)
     return truths
+
+
+# Longer than this between the fleet's last message and its senders' expiry (a real-time run
+# with an hour's inspect_duration), a check covers the advisories due until it ends, not all.
+MAX_EXPIRY_WAIT_S = 600.0
+
+
+def expiry_wall_s(spec: ScenarioSpec) -> float:
+    """Wall seconds after a sampled stream's last message until its last sender expires."""
+    s = spec.scenario
+    return max([(h.inspect_duration or 0.0) / s.speedup for _, h in spec.hops() if h.sampling], default=0.0)
+
+
+def quiet_second(truths: dict[str, tuple[Truth, int]], final_ms: int) -> int:
+    """A second (Unix time) before `final_ms` with no advisory due in it or the next: every
+    advisory due up to it has been compared, none after it. The replicator stamps an advisory
+    within a second of when the rules say (truth.compare_advisories), so an advisory due right
+    at the cut could land on either side of it; a quiet cut has none there."""
+    due = {a[2] for truth, _ in truths.values() for a in truth.advisories}
+    cut = final_ms // 1000 - 3
+    while cut in due or cut + 1 in due:
+        cut -= 1
+    return cut
+
+
+def settle_for_check(
+    spec: ScenarioSpec, hops: list[HopRef]
+) -> tuple[dict[str, tuple[Truth, int]], int | None]:
+    """settle, once the fleet is done; when its senders expire too long after it to wait for,
+    only up to now, and the quiet second (Unix time) up to which the advisories compare."""
+    if expiry_wall_s(spec) <= MAX_EXPIRY_WAIT_S:
+        return settle(spec, hops), None
+    final_ms = int(time.time() * 1000)
+    truths = settle(spec, hops, final_ms)
+    cut = quiet_second(truths, final_ms)
+    log.info("advisories checked up to %s (the senders expire %.0fs after their last message)",
+             time.strftime("%H:%M:%S", time.gmtime(cut)), expiry_wall_s(spec))  # fmt: skip
+    return truths, cut
 
 
 @dataclass
@@ -436,6 +483,10 @@ def evaluate(spec: ScenarioSpec, obs: Observation) -> Report:
                 o.final_lag <= expect.max_final_lag,
             )
         )
+        if expect.max_lag is not None:
+            checks.append(
+                Check("max lag (messages)", f"<= {expect.max_lag}", o.max_lag, o.max_lag <= expect.max_lag)
+            )
         if expect.min_rate:
             rate = o.processed_rate
             checks.append(

@@ -85,6 +85,8 @@ class Expect(_Strict):
     events: dict[Event, tuple[int, int]] = Field(default_factory=dict)
     """Bounds on the number of advisories of each event (what the scenario is about)."""
     max_final_lag: int = 0
+    max_lag: int | None = None
+    """Messages the replicator may fall behind at most, in any second of the run."""
     min_rate: float = 0
     """Messages per second the replicator must have processed while the fleet published."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,20 +36,28 @@ class Truth:
     final_clock_ms: int
 
 
-def ground_truth(
-    source: list[RawMessage],
-    extractor: SenderExtractor | None,
-    p: SamplingParams | None,
-    final_ms: int | None = None,
-) -> Truth:
-    """`final_ms`: the clock the advisories are due by (default: the end of the run, once
-    every sender that went silent has expired)."""
-    if extractor is None or p is None:
-        return Truth([m.seq for m in source], [], len(source), 0)
-    msgs = []
-    for m in source:
-        sender, force = extractor.extract(m.subject, m.headers, m.data)
-        msgs.append(Message(m.seq, sender, m.ts_ns // 1_000_000, len(m.data), force))
+def digest(extractor: SenderExtractor | None) -> Callable[[list[RawMessage]], list[Message]]:
+    """What the sampling rules read of a message (its sender, time, size, force flag), for
+    ground_truth; without an extractor (a plain copy) the sequence alone."""
+
+    def one_chunk(chunk: list[RawMessage]) -> list[Message]:
+        if extractor is None:
+            return [Message(m.seq, None, 0, 0, False) for m in chunk]
+        out = []
+        for m in chunk:
+            sender, force = extractor.extract(m.subject, m.headers, m.data)
+            out.append(Message(m.seq, sender, m.ts_ns // 1_000_000, len(m.data), force))
+        return out
+
+    return one_chunk
+
+
+def ground_truth(msgs: list[Message], p: SamplingParams | None, final_ms: int | None = None) -> Truth:
+    """The copies and advisories the rules give for the source's messages (digested);
+    `final_ms`: the clock the advisories are due by (default: the end of the run, once every
+    sender that went silent has expired)."""
+    if p is None:
+        return Truth([m.seq for m in msgs], [], len(msgs), 0)
     # The run ends after every sender that went silent has expired.
     final = (max(m.ts_ms for m in msgs) if msgs else 0) + p.inspect_ms if final_ms is None else final_ms
     copied, advs = reference(msgs, final, p)
@@ -56,25 +65,31 @@ def ground_truth(
 
 
 def copied_sequences(
-    target: list[RawMessage], replicator: str | None = None, config_name: str | None = None
-) -> list[int]:
-    """The source sequences of the copies in `target`, in target order; only those written by
-    the given replicator and stream entry (a target stream can be fed by several)."""
-    out = []
-    for m in target:
-        mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
-        if (
-            mark is not None
-            and replicator in (None, mark.replicator)
-            and config_name in (None, mark.config_name)
-        ):
-            out.append(mark.sequence)
-    return out
+    replicator: str | None = None, config_name: str | None = None
+) -> Callable[[list[RawMessage]], list[int]]:
+    """A digest of a target stream's messages: the source sequences of its copies, in target
+    order; only those written by the given replicator and stream entry (a target stream can be
+    fed by several)."""
+
+    def one_chunk(target: list[RawMessage]) -> list[int]:
+        out = []
+        for m in target:
+            mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
+            if (
+                mark is not None
+                and replicator in (None, mark.replicator)
+                and config_name in (None, mark.config_name)
+            ):
+                out.append(mark.sequence)
+        return out
+
+    return one_chunk
 
 
 def advisory_keys(advisories: list[RawMessage]) -> list[AdvKey]:
+    """A digest of an advisory stream's messages: (value, event, timestamp) of each."""
     docs = [json.loads(m.data) for m in advisories]
-    return sorted((d["value"], d["event"], int(d["timestamp"])) for d in docs)
+    return [(d["value"], d["event"], int(d["timestamp"])) for d in docs]
 
 
 def _examples(items: list[Any], n: int = 5) -> str:

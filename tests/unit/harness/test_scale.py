@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.scale.check import quiet_second
 from harness.scale.plan import make_plan
 from harness.scale.rehearse import LOOPBACK, host_addresses, render, scaled_scenario
 from harness.scale.report import ReportError, build_report, fetch
+from harness.scenario.runner import quiet_second
 from harness.scenario.spec import load_spec
 from harness.scenario.truth import Truth
 
