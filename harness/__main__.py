@@ -18,6 +18,15 @@ scale = typer.Typer(no_args_is_help=True, help="The EC2 scale test of a scenario
 app.add_typer(scale, name="scale")
 
 
+def _stop_cleanly_on_sigterm() -> None:
+    """SIGTERM (timeout, CI, kill) unwinds like Ctrl-C: the servers and processes a run started
+    are stopped and their folders removed, not left running."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def _fail(msg: str) -> None:
     typer.echo(f"harness: {msg}", err=True)
     raise typer.Exit(2)
@@ -42,6 +51,7 @@ def scenario_run(
         _fail(str(e))
         return
     setup_logging("info")
+    _stop_cleanly_on_sigterm()
     failed = []
     for spec in specs:
         report, _ = run_scenario(spec, report_dir)
@@ -171,6 +181,7 @@ def scale_rehearse(
     from replicator.logs import setup_logging
 
     setup_logging("info")
+    _stop_cleanly_on_sigterm()
     try:
         report, bucket = rehearse(file, work, nodes, duration, locust_users)
     except (ScenarioError, ValueError, RehearsalError, ReportError) as e:

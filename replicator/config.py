@@ -25,6 +25,7 @@ from pydantic import (
 from replicator.durations import parse_duration
 from replicator.election import election_key
 from replicator.options import (
+    DEFAULT_BATCH_BYTES,
     DEFAULT_COPY_BATCH,
     DEFAULT_SAMPLING_BATCH,
     DEFAULT_SAMPLING_BUCKETS,
@@ -180,6 +181,8 @@ class StreamConfig(_Strict):
     chain_copies: bool = True
     # Rows per micro-batch while backlogged (defaults in replicator.options).
     batch_max_messages: int | None = Field(default=None, ge=1, le=1_000_000)
+    # Message bytes per micro-batch while backlogged (rows capped by it over the mean size).
+    batch_max_bytes: int = Field(default=DEFAULT_BATCH_BYTES, ge=1 << 20, le=1 << 30)
     # Senders are hashed into this many buckets of Spark state; fixed once a checkpoint exists.
     sampling_buckets: int = Field(default=DEFAULT_SAMPLING_BUCKETS, ge=1, le=4096)
     # Shuffle partitions of the sampled query (tasks that hold the buckets' state); fixed in the

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 DEFAULT_COPY_BATCH = 10_000
 DEFAULT_SAMPLING_BATCH = 50_000
 DEFAULT_FIRST_BATCH = 2_000
+# Message bytes per micro-batch while backlogged: a batch's rows pass through the driver (768 MB
+# of JVM heap by default) on their way to the target, so 50,000 registrations of 9 KB (450 MB)
+# lost their task results there and the batch failed again on every retry. Rows per batch are
+# capped by this divided by the stream's mean message size.
+DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
 # Senders are hashed into this many buckets of Spark state; fixed once a checkpoint exists.
 DEFAULT_SAMPLING_BUCKETS = 32
 # Buckets per shuffle partition of a sampled query, when the config does not say.
@@ -84,6 +89,7 @@ class ReaderOptions:
     # max_messages_per_batch, so the first copy does not wait for a full-size batch.
     max_messages_per_batch: int = DEFAULT_COPY_BATCH
     first_batch_messages: int = DEFAULT_FIRST_BATCH
+    max_bytes_per_batch: int = DEFAULT_BATCH_BYTES
     # Contiguous sequence ranges read in parallel per batch, each at least this long (1,000:
     # the first 2,000-row batch already starts both read workers).
     parallelism: int = 2
@@ -110,7 +116,7 @@ class ReaderOptions:
         for name in ("url", "stream"):
             if not getattr(self, name):
                 raise ValueError(f"nats-jetstream: option {name!r} is required")
-        for name in ("max_messages_per_batch", "first_batch_messages", "parallelism",
+        for name in ("max_messages_per_batch", "first_batch_messages", "max_bytes_per_batch", "parallelism",
                      "min_partition_messages", "chunk_messages", "chunk_bytes"):  # fmt: skip
             _at_least(self, name, 1)
         if self.start_time is not None and self.start_time.tzinfo is None:
@@ -145,6 +151,7 @@ class ReaderOptions:
             start_at_end=s.start_at_end,
             min_start_sequence=min_start_sequence,
             max_messages_per_batch=s.batch_max_messages,
+            max_bytes_per_batch=s.batch_max_bytes,
             # A sampled batch pays a fixed state rewrite and its first batch is slow anyway (the
             # stateful operator's start): full-size batches from the start.
             first_batch_messages=s.batch_max_messages if s.sampling else DEFAULT_FIRST_BATCH,

@@ -195,6 +195,8 @@ class StreamReplication:
                 s.source_tls,
                 reliable=bool(s.advisory and s.advisory.reliable),
                 publish_advisories=s.advisory is not None,
+                stream=s.stream,
+                filter_subject=s.filter_subject,
             )
         return True
 

@@ -195,8 +195,6 @@ def rehearse(
     ordered = sorted(procs.values(), key=lambda p: (START_ORDER.index(p.host.role), p.host.name))
     started: list[HostProcess] = []
     s = spec.scenario
-    # Stopped by SIGTERM (timeout, CI): the hosts are stopped too, as after Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         for role in START_ORDER:
             group = [p for p in ordered if p.host.role == role]

@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -164,6 +165,8 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
     work = Path(tempfile.mkdtemp(prefix=f"scenario-{s.name}-"))
     clusters = spec.clusters()
     with contextlib.ExitStack() as stack:
+        # Configs, checkpoints and the emulators' summaries; the logs go to report_dir.
+        stack.callback(shutil.rmtree, work, True)
         urls = {name: stack.enter_context(nats_cluster(c.servers, name)).url for name, c in clusters.items()}
         asyncio.run(create_streams(urls, spec))
         procs: dict[str, list[ReplicatorProcess]] = {}
@@ -214,6 +217,7 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
                  "--summary", str(work / f"emulator-{name}.json"), *dcs],
                 stdout=subprocess.DEVNULL, stderr=errlog.open("wb"),
             )))  # fmt: skip
+            stack.callback(emulators[-1][2].kill)  # a run cut short stops its fleet too
         outages = [
             (lambda p=p: _outages(procs[p.name], p, t0, s.speedup, s.name))
             for p in spec.processes()
@@ -232,7 +236,7 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
         _parallel([r.stop for r in everyone])
         sampler.stop()
         observed = observe(hops, truths, finals, sampler, cut)
-    summaries = [json.loads(summary.read_text()) for _, summary, _ in emulators]
+        summaries = [json.loads(summary.read_text()) for _, summary, _ in emulators]
     obs = Observation(
         hops=observed,
         published=sum(int(x["published"]) for x in summaries),

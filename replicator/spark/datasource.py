@@ -116,6 +116,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
         self._loop: Any = None
         self._nc: Any = None
         self._stream_end: int | None = None  # last sequence + 1, as last asked of the stream
+        self._mean_bytes = 0.0  # the stream's mean message size, as last asked
 
     # The planner side (initialOffset/latestOffset/partitions) keeps one connection on a loop
     # thread; tasks get a pickled copy without it (a live connection cannot be pickled).
@@ -145,6 +146,8 @@ class NatsJetStreamReader(DataSourceStreamReader):
         if info is None:
             raise RuntimeError(f"nats-jetstream: stream {self.stream} does not exist on {self._where()}")
         self._direct = bool(info.config.allow_direct)
+        messages = int(info.state.messages)
+        self._mean_bytes = int(info.state.bytes) / messages if messages else 0.0
         return info
 
     def _where(self) -> str:
@@ -202,6 +205,8 @@ class NatsJetStreamReader(DataSourceStreamReader):
             cap = 0  # all there is: ask where the stream ends
         else:
             cap = self.o.max_messages_per_batch
+        if cap and self._mean_bytes:
+            cap = min(cap, max(1, int(self.o.max_bytes_per_batch // self._mean_bytes)))
         known = self._stream_end
         if cap and known is not None and known - begin > cap:
             # Behind by more than a batch as last asked: the stream ends at least there, so

@@ -26,10 +26,12 @@ from replicator.aio import LoopThread
 from replicator.headers import MSG_ID_HEADER
 from replicator.metrics import metrics
 from replicator.nats.connect import open_connection
+from replicator.nats.jetstream import stream_info
+from replicator.nats.readers import read_chunks
 from replicator.sampling import state
 from replicator.sampling.rules import Message, SamplingParams
-from replicator.spark.rows import ARROW_SCHEMA
-from replicator.spark.sink import OrderedSink, PublishError
+from replicator.spark.rows import to_record_batch
+from replicator.spark.sink import BatchResult, OrderedSink, PublishError
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +95,22 @@ def bucket_function(
     return decide
 
 
-def _headers_map(values: list[str | None]) -> pa.Array:
-    """The JSON [[name, value], ...] of each row as a map column (repeated names kept)."""
-    return pa.array(
-        [[tuple(pair) for pair in json.loads(h)] if h else None for h in values],
-        pa.map_(pa.string(), pa.string()),
-    )
+# Copies further apart than this many sequences are read as separate ranges (a sampled stream
+# copies few of its messages once every sender is known; reading between them costs more).
+COPY_RUN_GAP = 256
+
+
+def _runs(seqs: list[int], gap: int) -> list[tuple[int, int]]:
+    """(first, last) of each run of ascending `seqs` whose neighbours are at most `gap` apart."""
+    runs: list[tuple[int, int]] = []
+    first = prev = seqs[0]
+    for s in seqs[1:]:
+        if s - prev > gap:
+            runs.append((first, prev))
+            first = s
+        prev = s
+    runs.append((first, prev))
+    return runs
 
 
 class SamplingSink:
@@ -112,6 +124,8 @@ class SamplingSink:
         source_tls: Any,
         reliable: bool,
         publish_advisories: bool,
+        stream: str,
+        filter_subject: str = "",
     ) -> None:
         self.ordered = ordered
         self.loop = loop
@@ -119,31 +133,33 @@ class SamplingSink:
         self.source_tls = source_tls
         self.reliable = reliable
         self.publish_advisories = publish_advisories
-        self._nc: Any = None
+        self.stream = stream
+        self.filter_subject = filter_subject
+        self._direct: bool | None = None  # whether the source stream allows direct gets
+        self._nc: Any = None  # on the source: advisories out, copies' payloads in
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
         self.ordered.check_leader()
         table: pa.Table = batch_df.toArrow()
         kinds = table.column("kind")
-        msgs = table.filter(pc.not_equal(kinds, KIND_ADVISORY)).sort_by("seq")
+        msgs = table.filter(pc.not_equal(kinds, KIND_ADVISORY))
         advs = table.filter(pc.equal(kinds, KIND_ADVISORY)).sort_by(
             [("ts_ms", "ascending"), ("seq", "ascending")]
         )
-        settings = self.ordered.settings
-        standard = pa.table(
-            {
-                "stream": pa.array([settings.source_stream] * msgs.num_rows, pa.string()),
-                "seq": msgs.column("seq"),
-                "subject": msgs.column("subject"),
-                "timestamp": pc.cast(pc.multiply(msgs.column("ts_ms"), 1000), pa.timestamp("us", tz="UTC")),
-                "headers": _headers_map(msgs.column("headers").to_pylist()),
-                "data": pc.if_else(pc.is_null(msgs.column("data")), b"", msgs.column("data")),
-            },
-            schema=ARROW_SCHEMA,
-        )
-        copy = pc.equal(msgs.column("kind"), KIND_COPY)
-        result = self.ordered.publish_table(standard, copy_mask=copy, sizes=msgs.column("size"))
+        result = BatchResult(received=msgs.num_rows)
+        if msgs.num_rows:
+            result.received_bytes = int(pc.sum(msgs.column("size")).as_py() or 0)
+            result.last_seq = int(pc.max(msgs.column("seq")).as_py())
+            copies = msgs.filter(pc.equal(msgs.column("kind"), KIND_COPY)).column("seq")
+            for part in self._copies(sorted(copies.to_pylist())):
+                r = self.ordered.publish_table(part)
+                result.copied += r.copied
+                result.copied_bytes += r.copied_bytes
+                result.too_old += r.too_old
+                result.duplicates += r.duplicates
+            # Every message of the batch is handled: copied, or deliberately skipped.
+            self.ordered.floor = max(self.ordered.floor, result.last_seq)
         if advs.num_rows and self.publish_advisories:
             self.ordered.check_leader()
             self.loop.run(self._advise(advs), timeout=None)
@@ -156,6 +172,42 @@ class SamplingSink:
         self.ordered.account(result)
         self.ordered.log.debug("batch %d: %d messages, %d copied, %d advisories", batch_id, result.received,
                   result.copied, advs.num_rows)  # fmt: skip
+
+    def _copies(self, seqs: list[int]) -> Iterator[pa.Table]:
+        """The messages to copy, read back from the source in order, a chunk at a time (the
+        batch's rows carry no payloads: see replicator.spark.rows.to_sampling_batch). Copies
+        close together are read as one range; far apart, each run on its own."""
+        if not seqs:
+            return
+        nc = self.loop.run(self._conn(), 60)
+        if self._direct is None:
+            info = self.loop.run(stream_info(nc, self.stream), 30)
+            if info is None:
+                raise PublishError(f"source stream {self.stream} is gone: its copies cannot be read")
+            self._direct = bool(info.config.allow_direct)
+        wanted = set(seqs)
+        found = 0
+        for first, last in _runs(seqs, COPY_RUN_GAP):
+            chunks = read_chunks(nc, self.stream, first, last + 1, direct=self._direct,
+                                 filter_subject=self.filter_subject)  # fmt: skip
+            try:
+                while True:
+                    try:
+                        chunk = self.loop.run(anext(chunks), timeout=None)  # reads time out themselves
+                    except StopAsyncIteration:
+                        break
+                    kept = [m for m in chunk if m.seq in wanted]
+                    found += len(kept)
+                    if kept:
+                        yield pa.Table.from_batches(
+                            [to_record_batch(self.ordered.settings.source_stream, kept)]
+                        )
+            finally:
+                self.loop.run(chunks.aclose(), 10)
+        if found < len(seqs):
+            # Removed from the source (its limits, or by hand) between Spark's read and now.
+            self.ordered.log.warning("%d of %d copies were no longer in the source stream when read for publishing",
+                                     len(seqs) - found, len(seqs))  # fmt: skip
 
     async def _conn(self) -> Any:
         if self._nc is None or self._nc.is_closed:
