@@ -25,10 +25,9 @@ if TYPE_CHECKING:
 DEFAULT_COPY_BATCH = 10_000
 DEFAULT_SAMPLING_BATCH = 50_000
 DEFAULT_FIRST_BATCH = 2_000
-# Message bytes per micro-batch while backlogged: a batch's rows pass through the driver (768 MB
-# of JVM heap by default) on their way to the target, so 50,000 registrations of 9 KB (450 MB)
-# lost their task results there and the batch failed again on every retry. Rows per batch are
-# capped by this divided by the stream's mean message size.
+# Message bytes per copy batch while backlogged: its rows pass through the driver (768 MB of
+# JVM heap by default) on their way to the target; rows per batch are capped by this divided by
+# the stream's mean message size. (Sampled rows carry no payloads: no cap needed.)
 DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
 # Senders are hashed into this many buckets of Spark state; fixed once a checkpoint exists.
 DEFAULT_SAMPLING_BUCKETS = 32

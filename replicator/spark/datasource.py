@@ -205,7 +205,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
             cap = 0  # all there is: ask where the stream ends
         else:
             cap = self.o.max_messages_per_batch
-        if cap and self._mean_bytes:
+        if cap and self._mean_bytes and not self.o.sampling:
+            # A copy batch's payloads pass through the driver together (a sampled batch's rows
+            # carry none: its copies are read back a chunk at a time).
             cap = min(cap, max(1, int(self.o.max_bytes_per_batch // self._mean_bytes)))
         known = self._stream_end
         if cap and known is not None and known - begin > cap:
