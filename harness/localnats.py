@@ -169,12 +169,13 @@ def _write_config(
     routes: list[int] | None = None,
     extra: str = "",
     js_domain: str = "",
+    max_file_store: str = "8GB",
 ) -> None:
     lines = [
         f'server_name: "{name}"',
         "host: 127.0.0.1",
         f"port: {port}",
-        f'jetstream {{ store_dir: "{store}", max_memory_store: 256MB, max_file_store: 8GB'
+        f'jetstream {{ store_dir: "{store}", max_memory_store: 256MB, max_file_store: {max_file_store}'
         + (f', domain: "{js_domain}"' if js_domain else "")
         + " }",
         "max_payload: 8MB",
@@ -196,12 +197,13 @@ def start_binary_cluster(
     extra: str = "",
     js_domain: str = "",
     connect: dict[str, Any] | None = None,
+    max_file_store: str = "8GB",
 ) -> NatsCluster:
     """Started on fresh ports, again (up to 3 times) if a server cannot take one."""
     for attempt in range(3):
         try:
             where = base if attempt == 0 else base / f"retry{attempt}"
-            return _start_binary_cluster(size, name, where, extra, js_domain, connect)
+            return _start_binary_cluster(size, name, where, extra, js_domain, connect, max_file_store)
         except RuntimeError as e:
             if attempt == 2 or "exited" not in str(e):
                 raise
@@ -210,7 +212,13 @@ def start_binary_cluster(
 
 
 def _start_binary_cluster(
-    size: int, name: str, base: Path, extra: str, js_domain: str, connect: dict[str, Any] | None
+    size: int,
+    name: str,
+    base: Path,
+    extra: str,
+    js_domain: str,
+    connect: dict[str, Any] | None,
+    max_file_store: str = "8GB",
 ) -> NatsCluster:
     ports = [free_port() for _ in range(size)]
     cports = [free_port() for _ in range(size)] if size > 1 else [0]
@@ -230,6 +238,7 @@ def _start_binary_cluster(
             routes=[p for j, p in enumerate(cports) if j != i] if size > 1 else None,
             extra=extra,
             js_domain=js_domain,
+            max_file_store=max_file_store,
         )
         srv = NatsServer(sname, ports[i], cfg, log_file=d / "server.log")
         try:
@@ -253,9 +262,10 @@ def local_cluster(
     extra: str = "",
     js_domain: str = "",
     connect: dict[str, Any] | None = None,
+    max_file_store: str = "8GB",
 ) -> Iterator[NatsCluster]:
     base = Path(tempfile.mkdtemp(prefix=f"nats-{name}-"))
-    cluster = start_binary_cluster(size, name, base, extra, js_domain, connect)
+    cluster = start_binary_cluster(size, name, base, extra, js_domain, connect, max_file_store)
     try:
         yield cluster
     finally:

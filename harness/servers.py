@@ -54,11 +54,16 @@ def start_container_cluster(size: int, name: str) -> NatsCluster:
 
 @contextlib.contextmanager
 def nats_cluster(
-    size: int = 1, name: str = "sr", extra: str = "", connect: dict[str, Any] | None = None
+    size: int = 1,
+    name: str = "sr",
+    extra: str = "",
+    connect: dict[str, Any] | None = None,
+    max_file_store: str = "8GB",
 ) -> Iterator[NatsCluster]:
     """A JetStream server (size 1) or a cluster with routes (size > 1), stopped afterwards.
     `extra` (server configuration lines: TLS, accounts) runs the binary, whose files it can
-    name; `connect` gives the nats-py options such a server needs to be asked if it is ready."""
+    name; `connect` gives the nats-py options such a server needs to be asked if it is ready;
+    `max_file_store`: each binary server's JetStream file storage."""
     if docker_available() and not extra:
         cluster = start_container_cluster(size, name)
         try:
@@ -66,5 +71,5 @@ def nats_cluster(
         finally:
             cluster.stop()
         return
-    with local_cluster(size, name, extra, connect=connect) as cluster:
+    with local_cluster(size, name, extra, connect=connect, max_file_store=max_file_store) as cluster:
         yield cluster

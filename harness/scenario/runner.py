@@ -167,7 +167,10 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
     with contextlib.ExitStack() as stack:
         # Configs, checkpoints and the emulators' summaries; the logs go to report_dir.
         stack.callback(shutil.rmtree, work, True)
-        urls = {name: stack.enter_context(nats_cluster(c.servers, name)).url for name, c in clusters.items()}
+        urls = {
+            name: stack.enter_context(nats_cluster(c.servers, name, max_file_store=c.max_file_store)).url
+            for name, c in clusters.items()
+        }
         asyncio.run(create_streams(urls, spec))
         procs: dict[str, list[ReplicatorProcess]] = {}
         hops: list[HopRef] = []

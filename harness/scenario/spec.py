@@ -5,10 +5,18 @@ problem is one line naming the key."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from emulator.scenario import Scenario, ScenarioError, Seconds, parse_scenario
 from replicator.sampling.rules import Event
@@ -18,6 +26,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# A nats-server size: digits and a unit.
+StoreSize = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]*(MB|GB|TB)$")]
+
+
 class ClusterSpec(_Strict):
     """A NATS cluster of the topology (3 servers: a JetStream cluster with routes)."""
 
@@ -25,6 +37,8 @@ class ClusterSpec(_Strict):
     data_centres: list[str] = Field(default_factory=list)
     """The fleet's data centres whose nodes publish into this cluster's `stream`."""
     stream: str = "CHORIA_REGISTRATION"
+    max_file_store: StoreSize = "8GB"
+    """JetStream file storage of each of its servers (local runs)."""
 
 
 class Topology(_Strict):
@@ -37,6 +51,8 @@ class Topology(_Strict):
     stream: str = "CHORIA_REGISTRATION"
     target_stream: str = ""
     advisory_stream: str = "CHORIA_REGISTRATION_ADVISORIES"
+    max_file_store: StoreSize = "8GB"
+    """JetStream file storage of each server of the one-hop form (local runs)."""
     clusters: dict[str, ClusterSpec] | None = None
 
 
@@ -240,8 +256,9 @@ class ScenarioSpec(_Strict):
                 servers=top.source_servers,
                 data_centres=list(self.scenario.fleet.data_centres),
                 stream=top.stream,
+                max_file_store=top.max_file_store,
             ),
-            "central": ClusterSpec(servers=top.target_servers),
+            "central": ClusterSpec(servers=top.target_servers, max_file_store=top.max_file_store),
         }
 
     def processes(self) -> list[ProcessSpec]:
