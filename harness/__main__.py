@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from harness.scenario.truth import Report
 
 app = typer.Typer(
     add_completion=False,
@@ -25,6 +28,14 @@ def _stop_cleanly_on_sigterm() -> None:
     import sys
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def _print_report(report: Report, where: str) -> None:
+    """A scale test's report and where its files are; exit 1 when a check failed."""
+    typer.echo(report.table())
+    typer.echo(where)
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 def _fail(msg: str) -> None:
@@ -155,10 +166,7 @@ def scale_report(
     except ReportError as e:
         _fail(str(e))
         return
-    typer.echo(report.table())
-    typer.echo(f"report: {out / (scenario_name + '.json')}, {out / (scenario_name + '.png')}")
-    if not report.ok:
-        raise typer.Exit(1)
+    _print_report(report, f"report: {out / (scenario_name + '.json')}, {out / (scenario_name + '.png')}")
 
 
 @scale.command("rehearse")
@@ -187,10 +195,7 @@ def scale_rehearse(
     except (ScenarioError, ValueError, RehearsalError, ReportError) as e:
         _fail(str(e))
         return
-    typer.echo(report.table())
-    typer.echo(f"hosts: {work / 'hosts'}; bucket: {bucket}; report: {work / 'report'}")
-    if not report.ok:
-        raise typer.Exit(1)
+    _print_report(report, f"hosts: {work / 'hosts'}; bucket: {bucket}; report: {work / 'report'}")
 
 
 @app.command("jvm-archive")
