@@ -91,6 +91,9 @@ def run(
     create_stream: Annotated[
         str | None, typer.Option(help="Create this stream for the fleet's subjects if it is missing")
     ] = None,
+    replicas: Annotated[
+        int, typer.Option(min=1, max=5, help="Copies of each message in the stream --create-stream makes")
+    ] = 1,
     summary: Annotated[Path | None, typer.Option(help="Write the run summary (JSON) here")] = None,
     shard: ShardOpt = "0/1",
     data_centre: DataCentreOpt = None,
@@ -118,7 +121,7 @@ def run(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, pub.stop)
-        await pub.run(create_stream)
+        await pub.run(create_stream, replicas)
 
     try:
         asyncio.run(main())

@@ -105,7 +105,9 @@ class FleetPublisher:
     def stop(self) -> None:
         self._stop.set()
 
-    async def run(self, create_stream: str | None = None) -> RunStats:
+    async def run(self, create_stream: str | None = None, replicas: int = 1) -> RunStats:
+        """Publish the schedule; `create_stream`: make that stream for the fleet's subjects first
+        if it is missing, with `replicas` copies of each message."""
         nc = await nats.connect(
             self.url.split(","),
             name="fleet-emulator",
@@ -116,7 +118,7 @@ class FleetPublisher:
         )
         js = nc.jetstream(publish_async_max_pending=self.max_pending)
         if create_stream:
-            await self._ensure_stream(js, create_stream)
+            await self._ensure_stream(js, create_stream, replicas)
         if self.log_path:
             self._log = self.log_path.open("w")
             self._log.write(LOG_HEADER)
@@ -131,12 +133,14 @@ class FleetPublisher:
     async def _on_error(self, e: Exception) -> None:
         log.warning("NATS connection: %s", e)
 
-    async def _ensure_stream(self, js: Any, name: str) -> None:
+    async def _ensure_stream(self, js: Any, name: str, replicas: int) -> None:
         try:
             await js.stream_info(name)
         except nats.js.errors.NotFoundError:
             subjects = stream_subjects(self.schedule.s.fleet.subject)
-            await js.add_stream(StreamConfig(name=name, subjects=subjects, allow_direct=True))
+            await js.add_stream(
+                StreamConfig(name=name, subjects=subjects, allow_direct=True, num_replicas=replicas)
+            )
             log.info("created stream %s (%s)", name, subjects[0])
 
     async def _run(self, nc: Any, js: Any) -> None:

@@ -299,6 +299,8 @@ def make_plan(
                 command = (
                     f"exec fleet-emulator run --scenario scenario.yaml --url {_urls(name, c.servers)} "
                     f"--data-centre {dc} --shard {i}/{n} --create-stream {c.stream} "
+                    # As the checker makes it (whichever of them comes first on EC2).
+                    f"--replicas {min(3, c.servers)} "
                     "--summary reports/emulator-summary.json --log reports/published.csv"
                 )
                 hosts.append(Host(f"emulator-{dc}-{i}", "emulator", INSTANCE_TYPES["emulator"], command))

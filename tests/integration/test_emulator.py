@@ -9,7 +9,9 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import nats
 import pytest
 import yaml
 from helpers import run
@@ -17,6 +19,7 @@ from helpers import run
 from emulator.planlog import read_log
 from emulator.scenario import load_scenario
 from emulator.schedule import Schedule
+from harness.localnats import local_cluster
 from harness.streams import count_messages, read_all
 
 pytestmark = pytest.mark.integration
@@ -86,7 +89,6 @@ def test_ten_thousand_node_fleet_lands_exactly_the_planned_messages(nats_server,
 def test_a_server_restart_mid_run_loses_nothing_and_keeps_the_schedule(tmp_path: Path) -> None:
     # The server process itself is restarted (same port and store), so this test drives the
     # nats-server binary directly rather than the shared fixture.
-    from harness.localnats import local_cluster
 
     scenario = {
         "name": "restart",
@@ -133,3 +135,29 @@ def test_a_server_restart_mid_run_loses_nothing_and_keeps_the_schedule(tmp_path:
     assert len(stored) == planned  # nothing lost, nothing doubled (Nats-Msg-Id)
     assert len({(m.subject, m.data[:200]) for m in stored}) == planned
     assert st["max_behind_seconds"] < 30  # it caught up with its schedule
+
+
+def test_the_stream_it_creates_on_a_cluster_keeps_the_replicas_asked_for(tmp_path: Path) -> None:
+    """A scale test's emulator may make the data centre's stream before the checker does: both
+    make it with the cluster's replicas (harness/scale/plan.py), so either comes first."""
+    scenario = {"name": "replicas", "seed": 1, "speedup": 600, "duration": "5m", "fleet": {"nodes": 200}}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    with local_cluster(3, "replicas") as c:
+        proc = subprocess.run(
+            [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(path), "--url", c.url,
+             "--create-stream", "REGISTRATION", "--replicas", "3"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        info = run(_stream_info(c.url, "REGISTRATION"))
+        assert info.config.num_replicas == 3
+        assert info.state.messages == run(count_messages(c.url, "REGISTRATION")) > 0
+
+
+async def _stream_info(url: str, stream: str) -> Any:
+    nc = await nats.connect(url.split(","))
+    try:
+        return await nc.jetstream().stream_info(stream)
+    finally:
+        await nc.close()
