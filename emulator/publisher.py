@@ -74,6 +74,21 @@ def stream_subjects(subject_template: str) -> list[str]:
     return [prefix + ">"]
 
 
+# JetStream's "insufficient resources": the server's storage for streams is used up.
+INSUFFICIENT_RESOURCES = 10023
+
+
+class StreamFull(ValueError):
+    """The stream or its server has no room for the fleet's messages (a one-line reason)."""
+
+
+def _no_room(e: Any) -> bool:
+    description = str(getattr(e, "description", "") or "")
+    return getattr(e, "err_code", None) == INSUFFICIENT_RESOURCES or (
+        "maximum" in description and "exceeded" in description
+    )
+
+
 class FleetPublisher:
     def __init__(
         self,
@@ -263,7 +278,9 @@ class FleetPublisher:
             self._log.write("".join(rows))
 
     async def _republish(self, js: Any, p: _Pending) -> Any:
-        """Synchronous retries with the same message id; gives up (counted as failed) after 60 s."""
+        """Synchronous retries with the same message id; gives up (counted as failed) after 60 s.
+        A stream that has no room left fails the run at once: every later publish would wait
+        out its 60 s the same way."""
         give_up = time.monotonic() + 60
         err: Exception | None = None
         while time.monotonic() < give_up and not self._stop.is_set():
@@ -271,6 +288,15 @@ class FleetPublisher:
                 ack = await js.publish(p.subject, p.data, timeout=2, headers=p.headers)
                 self.stats.republished += 1
                 return ack
+            except nats.js.errors.APIError as e:
+                if _no_room(e):
+                    raise StreamFull(
+                        f"the stream has no room for {p.subject}: {e.description} (JetStream error "
+                        f"{e.err_code}); give the server more storage (max_file_store) or the stream "
+                        "higher limits, or run a shorter scenario"
+                    ) from e
+                err = e
+                await asyncio.sleep(0.5)
             except Exception as e:
                 err = e
                 await asyncio.sleep(0.5)
