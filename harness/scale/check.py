@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from tenacity import Retrying, before_sleep_log, stop_after_delay, wait_fixed
+
 from harness.scenario.runner import (
     Sampler,
     create_streams,
@@ -41,16 +43,17 @@ CHECK_FILE = "check.json"
 def _retry(what: str, fn: Callable[[], object], limit_s: float) -> None:
     """Servers on other hosts come up in their own time (a JetStream cluster elects its meta
     leader after its routes connect): try until `limit_s`."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        try:
-            fn()
-            return
-        except Exception as e:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what}: still failing after {limit_s:.0f}s: {e!r}") from e
-            log.info("%s: %r; trying again", what, e)
-            time.sleep(2)
+    try:
+        for attempt in Retrying(
+            stop=stop_after_delay(limit_s),
+            wait=wait_fixed(2),
+            reraise=True,
+            before_sleep=before_sleep_log(log, logging.INFO),
+        ):
+            with attempt:
+                fn()
+    except Exception as e:
+        raise RuntimeError(f"{what}: still failing after {limit_s:.0f}s: {e!r}") from e
 
 
 def _fleet_total(urls: dict[str, str], fed: list[tuple[str, str]]) -> int:
