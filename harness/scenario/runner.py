@@ -428,13 +428,14 @@ def settle_for_check(
 ) -> tuple[dict[str, tuple[Truth, int]], int | None]:
     """settle, once the fleet is done; when its senders expire too long after it to wait for,
     only up to now, and the quiet second (Unix time) up to which the advisories compare."""
-    if expiry_wall_s(spec) <= MAX_EXPIRY_WAIT_S:
+    expiry_s = expiry_wall_s(spec)
+    if expiry_s <= MAX_EXPIRY_WAIT_S:
         return settle(spec, hops), None
     final_ms = int(time.time() * 1000)
     truths = settle(spec, hops, final_ms)
     cut = quiet_second(truths, final_ms)
     log.info("advisories checked up to %s (the senders expire %.0fs after their last message)",
-             time.strftime("%H:%M:%S", time.gmtime(cut)), expiry_wall_s(spec))  # fmt: skip
+             time.strftime("%H:%M:%S", time.gmtime(cut)), expiry_s)  # fmt: skip
     return truths, cut
 
 

@@ -70,8 +70,9 @@ def bucket_function(
                 "seq": rows["seq"].to_numpy(),
                 "subject": rows["subject"].to_numpy(),
                 "ts_ms": rows["ts_ms"].to_numpy(),
-                "headers": [h if c else None for h, c in zip(rows["headers"], copies, strict=True)],
-                "data": [d if c else None for d, c in zip(rows["data"], copies, strict=True)],
+                # Read back from the source by the sink (rows carry no payloads: rows.py).
+                "headers": None,
+                "data": None,
                 "size": rows["size"].to_numpy(),
                 "event": None,
             }
@@ -211,7 +212,7 @@ class SamplingSink:
 
     async def _conn(self) -> Any:
         if self._nc is None or self._nc.is_closed:
-            self._nc = await open_connection(self.source_url, self.source_tls, name="sr-advisories")
+            self._nc = await open_connection(self.source_url, self.source_tls, name="sr-sampling-source")
         return self._nc
 
     async def _advise(self, advs: pa.Table) -> None:

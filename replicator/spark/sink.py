@@ -221,15 +221,9 @@ class OrderedSink:
         if not self.leading():
             raise PublishError("not the leader any more: this batch is left to the new leader")
 
-    def publish_table(
-        self,
-        table: pa.Table,
-        now: float | None = None,
-        copy_mask: Any = None,
-        sizes: Any = None,
-    ) -> BatchResult:
+    def publish_table(self, table: pa.Table, now: float | None = None) -> BatchResult:
         """Publish, and wait for, the rows `select` keeps."""
-        todo, r = self.select(table, now, copy_mask, sizes)
+        todo, r = self.select(table, now)
         if todo.num_rows:
             outcome = self.loop.run(self._publish(todo), timeout=None)
             r.duplicates = outcome.duplicates
@@ -244,26 +238,15 @@ class OrderedSink:
         self.account(result)
         return result
 
-    def select(
-        self,
-        table: pa.Table,
-        now: float | None = None,
-        copy_mask: Any = None,
-        sizes: Any = None,
-    ) -> tuple[pa.Table, BatchResult]:
-        """The rows of `table` to publish, in seq order: above the floor, fresh enough and, when
-        sampling, selected by `copy_mask`; `sizes` gives payload sizes of rows whose data was
-        dropped upstream (skipped by sampling)."""
+    def select(self, table: pa.Table, now: float | None = None) -> tuple[pa.Table, BatchResult]:
+        """The rows of `table` to publish, in seq order: above the floor and fresh enough."""
         r = BatchResult(received=table.num_rows)
         if table.num_rows == 0:
             return table, r
-        sizes = pc.binary_length(table.column("data")) if sizes is None else sizes
-        r.received_bytes = int(pc.sum(sizes).as_py() or 0)
+        r.received_bytes = int(pc.sum(pc.binary_length(table.column("data"))).as_py() or 0)
         seqs = table.column("seq")
         r.last_seq = int(pc.max(seqs).as_py())
         keep = pc.greater(seqs, self.floor)
-        if copy_mask is not None:
-            keep = pc.and_(keep, copy_mask)
         if self.settings.max_age_seconds is not None:
             cutoff_us = int(((now or time.time()) - self.settings.max_age_seconds) * 1e6)
             fresh = pc.greater_equal(pc.cast(table.column("timestamp"), pa.int64()), cutoff_us)
