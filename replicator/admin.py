@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from replicator.config import Config, StreamConfig
-from replicator.replication import checkpoint_dir
+from replicator.replication import checkpoint_location
 from replicator.sampling import state
+from replicator.spark.checkpoint import is_uri, open_checkpoint
 
 
 @dataclass(frozen=True)
@@ -34,16 +35,18 @@ class StateSummary:
 
 
 def read_state(cfg: Config, s: StreamConfig, master: str = "local[1]") -> StateSummary:
-    ckpt = checkpoint_dir(cfg, s)
-    if not (ckpt / "state").is_dir():
+    ckpt = checkpoint_location(cfg, s)
+    if not is_uri(ckpt) and not open_checkpoint(ckpt, None).exists("state"):
         raise RuntimeError(f"{s.name}: no sampling state under {ckpt} yet (has the replicator run?)")
     from replicator.spark.session import build_session
 
-    spark = build_session(master, f"stream-replicator-admin-{cfg.name}")
+    spark = build_session(master, f"stream-replicator-admin-{cfg.name}", conf=cfg.spark_conf)
     try:
+        if not open_checkpoint(ckpt, spark).exists("state"):
+            raise RuntimeError(f"{s.name}: no sampling state under {ckpt} yet (has the replicator run?)")
         rows = (
             spark.read.format("statestore")
-            .load(str(ckpt))
+            .load(ckpt)
             .select("key.bucket", "value.groupState.table")
             .collect()
         )

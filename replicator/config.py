@@ -295,6 +295,9 @@ class Config(_Strict):
     name: str
     streams: list[StreamConfig] = Field(min_length=1)
     state_store: str = ""
+    # Extension: where Spark checkpoints go instead of state_store, as a Hadoop URI
+    # (s3a://bucket/prefix): reached by every executor of a Spark cluster (replicator.spark.checkpoint).
+    checkpoint_store: str = ""
     monitor_port: int = Field(default=0, ge=0, le=65535)
     # Extension: the address monitor_port listens on (0.0.0.0: every interface, as Choria's).
     monitor_address: str = "0.0.0.0"
@@ -321,6 +324,23 @@ class Config(_Strict):
                 f"{v!r} is not an IP address: use 127.0.0.1 for this host only, 0.0.0.0 for every "
                 "interface, or one of its addresses"
             ) from None
+        return v
+
+    @field_validator("checkpoint_store")
+    @classmethod
+    def _checkpoint_store(cls, v: str) -> str:
+        if not v:
+            return v
+        scheme = v.split("://", 1)[0] if "://" in v else ""
+        if not scheme or not scheme[0].isalpha() or not all(c.isalnum() or c in "+.-" for c in scheme):
+            raise ValueError(
+                f"{v!r} is not a URI: give one Spark can write to (s3a://bucket/prefix, "
+                "hdfs://namenode/dir, file:///dir), or leave it out to keep checkpoints under state_store"
+            )
+        if scheme in ("s3", "s3n"):
+            raise ValueError(
+                f"{v!r}: Spark reaches S3 through Hadoop's s3a connector: write s3a://{v.split('://', 1)[1]}"
+            )
         return v
 
     @field_validator("name")

@@ -101,11 +101,9 @@ class ReaderOptions:
     # While this file exists the source admits no new data, so the running batch is the last
     # one: how the replicator stops a query without interrupting a batch.
     stop_file: str = ""
-    # Where the query's first offset is kept once chosen. Spark asks for it again when the
-    # first batch is replayed (its commit lost to a crash or a full disk), and by then the
-    # configured start and min_start_sequence may give another one: a sampled stream's state
-    # would then miss the messages it had read.
-    initial_offset_file: str = ""
+    # The query's first offset (JSON) as the replicator chose it and keeps it in the checkpoint
+    # (StreamReplication._initial_offset); without it each initialOffset() chooses anew.
+    initial_offset: str = ""
     # Leader-elected copy entries (a hot standby): while this file is absent the source admits
     # nothing, so a standby's query runs idle and ready; the leader writes {"after": N} into
     # it (N: the target's last copy), and reading continues after N.
@@ -128,7 +126,6 @@ class ReaderOptions:
         min_start_sequence: int = 0,
         start_time: datetime | None = None,
         stop_file: str = "",
-        initial_offset_file: str = "",
         lease_file: str = "",
     ) -> ReaderOptions:
         """A stream entry's options. `start_time`: where a new copy starts when the entry sets
@@ -158,13 +155,9 @@ class ReaderOptions:
             sampling=sampling,
             # target_initiated (Choria's mode for a replicator placed near the target): the
             # source is across a long link, so each read request asks for four times as much.
-            **(
-                {"chunk_messages": 4 * cls.chunk_messages, "chunk_bytes": 4 * cls.chunk_bytes}
-                if s.target_initiated
-                else {}
-            ),
+            chunk_messages=cls.chunk_messages * (4 if s.target_initiated else 1),
+            chunk_bytes=cls.chunk_bytes * (4 if s.target_initiated else 1),
             stop_file=stop_file,
-            initial_offset_file=initial_offset_file,
             lease_file=lease_file,
         )
 

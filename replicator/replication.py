@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import re
 import threading
 import time
@@ -34,7 +35,13 @@ from replicator.nats.urls import parse_nats_url
 from replicator.options import ReaderOptions
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import Event, SamplingParams
-from replicator.spark.datasource import read_range_chunks, write_lease
+from replicator.spark.checkpoint import CheckpointFiles, open_checkpoint
+from replicator.spark.datasource import (
+    choose_initial_offset,
+    parse_initial_offset,
+    read_range_chunks,
+    write_lease,
+)
 from replicator.spark.inflight import InflightRecord
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink, bucket_function
@@ -47,38 +54,45 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 
-def entry_dir(cfg: Config, s: StreamConfig) -> Path:
-    """A stream entry's directory under state_store: its checkpoint and its control files."""
-    d = Path(cfg.state_store) / f"{s.stream}_{s.name}"
+def entry_name(s: StreamConfig) -> str:
+    """A stream entry's own directory, relative to state_store (and to checkpoint_store)."""
+    name = f"{s.stream}_{s.name}"
     if s.leader_election_name and not s.sampling:
         # A hot standby's query and files are its own (instances may share state_store): a
         # copy entry that takes over continues from the target, not from a checkpoint.
-        d = d / ("candidate_" + re.sub(r"[^A-Za-z0-9_.-]", "_", s.leader_election_name))
-    return d
+        name += "/candidate_" + re.sub(r"[^A-Za-z0-9_.-]", "_", s.leader_election_name)
+    return name
 
 
-def checkpoint_dir(cfg: Config, s: StreamConfig) -> Path:
-    return entry_dir(cfg, s) / "checkpoint"
+def entry_dir(cfg: Config, s: StreamConfig) -> Path:
+    """A stream entry's directory under state_store: its control files, and its checkpoint
+    unless checkpoint_store puts that elsewhere."""
+    return Path(cfg.state_store) / entry_name(s)
 
 
-def crash_leftovers(checkpoint: Path) -> list[Path]:
+def checkpoint_location(cfg: Config, s: StreamConfig) -> str:
+    """Spark's checkpointLocation for a stream entry: a local path, or a Hadoop URI."""
+    if cfg.checkpoint_store:
+        return f"{cfg.checkpoint_store.rstrip('/')}/{entry_name(s)}/checkpoint"
+    return str(entry_dir(cfg, s) / "checkpoint")
+
+
+def crash_leftovers(checkpoint: CheckpointFiles) -> list[str]:
     """Spark's half-written offset and commit log files (`.<batch>.<uuid>.tmp`, renamed into
     place once written, and Hadoop's `..<batch>.<uuid>.tmp.crc` beside each) that a kill -9
     left behind. Spark never reads them, but a stateful query's first batch refuses to run
     while its offset log holds any file (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY), so a kill
     during that batch's log write would stop the stream for good."""
-    return sorted(
-        p
+    return [
+        f"{log}/{name}"
         for log in ("offsets", "commits")
-        for pattern in (".*.tmp", ".*.tmp.crc")
-        for p in (checkpoint / log).glob(pattern)
-        if p.is_file()
-    )
+        for name in checkpoint.names(log)
+        if name.startswith(".") and name.endswith((".tmp", ".tmp.crc"))
+    ]
 
 
-def initial_offset_path(cfg: Config, s: StreamConfig) -> Path:
-    """Inside the checkpoint: removing the checkpoint (to copy again) removes it too."""
-    return checkpoint_dir(cfg, s) / "sr-initial-offset.json"
+# Inside the checkpoint: removing the checkpoint (to copy again) removes it too.
+INITIAL_OFFSET_FILE = "sr-initial-offset.json"
 
 
 def inflight_path(cfg: Config, s: StreamConfig) -> Path:
@@ -225,7 +239,6 @@ class StreamReplication:
         options = ReaderOptions.from_config(self.s, min_start_sequence=floor + 1 if floor else 0,
                                          start_time=self._start_time,
                                          stop_file=str(stopping_path(self.cfg, self.s)),
-                                         initial_offset_file=str(initial_offset_path(self.cfg, self.s)),
                                          lease_file=str(lease_path(self.cfg, self.s)) if self.hot_standby else "")  # fmt: skip
         if options.start_at_end and self._end_at_start:
             options = dataclasses.replace(options, start_at_end=False, start_sequence=self._end_at_start)
@@ -257,19 +270,25 @@ class StreamReplication:
             lease_path(self.cfg, self.s).unlink(missing_ok=True)  # stand by until take_over()
         if self.leading():
             self.catch_up()  # a standby leaves its in-flight copies to whoever leads
-        ckpt = checkpoint_dir(self.cfg, self.s)
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        ckpt = checkpoint_location(self.cfg, self.s)
+        files = open_checkpoint(ckpt, spark)
+        entry_dir(self.cfg, self.s).mkdir(parents=True, exist_ok=True)
         stopping_path(self.cfg, self.s).unlink(missing_ok=True)  # left by a stop that was cut short
-        for leftover in crash_leftovers(ckpt):
-            leftover.unlink(missing_ok=True)
-            self.log.info("removed %s, a log file half-written when the last run was killed", leftover.name)
-        options = self.reader_options()
+        for leftover in crash_leftovers(files):
+            files.delete(leftover)
+            self.log.info("removed %s, a log file half-written when the last run was killed", leftover)
+        options = dataclasses.replace(self.reader_options(), initial_offset=self._initial_offset(files))
         df = spark.readStream.format("nats-jetstream").options(**options.to_spark()).load()
         sink: Any = self.sink
         if self.sampling_sink is None:
             # A batch small enough for one read task is read in the driver instead.
             self.small_batches = SmallBatchReader(
-                options, ckpt, self.loop, self._source_nc, self._source_direct, options.min_partition_messages
+                options,
+                files,
+                self.loop,
+                self._source_nc,
+                self._source_direct,
+                options.min_partition_messages,
             )
             self.sink.small_batches = self.small_batches
         partitions = None
@@ -296,11 +315,25 @@ class StreamReplication:
             self.query = (
                 df.writeStream.foreachBatch(sink_noting_start)
                 .queryName(self.query_name)
-                .option("checkpointLocation", str(ckpt))
+                .option("checkpointLocation", ckpt)
                 .start()
             )
         self.log.info("replicating to %s (checkpoint %s)", self.s.target_stream, ckpt)
         return self.query
+
+    def _initial_offset(self, files: CheckpointFiles) -> str:
+        """The query's first offset (JSON), chosen once and kept in its checkpoint: Spark asks
+        for it again when the first batch is replayed (its commit lost to a crash or a full
+        disk), and by then the configured start and the target's last copy may give another
+        one: a sampled stream's state would then miss the messages it had read."""
+        text = files.read_text(INITIAL_OFFSET_FILE)
+        if text is not None:
+            parse_initial_offset(text, f"{files.location}/{INITIAL_OFFSET_FILE}")
+            return text
+        offset = self.loop.run(choose_initial_offset(self._source_nc, self.reader_options()), 60)
+        text = json.dumps(offset)
+        files.write_text(INITIAL_OFFSET_FILE, text)
+        return text
 
     def servers_answer(self, timeout: float = 2.0) -> bool:
         """Whether the source's and the target's JetStream answer now (each within `timeout`)."""

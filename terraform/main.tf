@@ -44,6 +44,7 @@ module "hosts" {
   root_volume_gb    = var.root_volume_gb
   bucket            = module.reports_bucket.bucket
   scenario          = var.scenario
+  hadoop_aws        = var.hadoop_aws_package
   addresses         = local.addresses
   hosts = {
     for name, h in var.hosts : name => {

@@ -64,6 +64,12 @@ variable "scenario_file" {
   default     = "../scenarios/scale/million-realtime.yaml"
 }
 
+variable "hadoop_aws_package" {
+  description = "Maven coordinates of Hadoop's S3 connector (s3a) for the replicators' checkpoints; its version must be the Hadoop pyspark bundles (make scale-plan writes it)."
+  type        = string
+  default     = "org.apache.hadoop:hadoop-aws:3.5.0"
+}
+
 variable "hosts" {
   description = "Every host of the plan: role, instance type, address offset in the subnet, and the command its service runs ({host:NAME} stands for another host's address)."
   type = map(object({

@@ -130,9 +130,12 @@ def registration(i: int, size: int = 1000) -> bytes:
     return json.dumps(body).encode()
 
 
-def orders_backlog(src: str, dst: str, tmp_path: Path, n: int, batch_max_messages: int) -> tuple[Path, int]:
+def orders_backlog(
+    src: str, dst: str, tmp_path: Path, n: int, batch_max_messages: int, **top: Any
+) -> tuple[Path, int]:
     """A source stream ORDERS holding n ~1 KB messages and a replicator config that copies it to
-    the target in batches of at most batch_max_messages: (config path, n)."""
+    the target in batches of at most batch_max_messages (`top`: more top-level keys):
+    (config path, n)."""
     run(create_stream(src, "ORDERS", ["orders.>"]))
     run(publish(src, [(f"orders.{i % 13}", registration(i), None) for i in range(n)]))
     stream = {
@@ -141,7 +144,18 @@ def orders_backlog(src: str, dst: str, tmp_path: Path, n: int, batch_max_message
         "target_url": dst,
         "batch_max_messages": batch_max_messages,
     }
-    return write_config(tmp_path / "sr.yaml", "dc1", [stream]), n
+    return write_config(tmp_path / "sr.yaml", "dc1", [stream], **top), n
+
+
+def checkpoint_places(tmp_path: Path) -> dict[str, dict[str, str]]:
+    """Where a test's checkpoints go, by case: under state_store (the default), or at a
+    checkpoint_store URI, read and written through Hadoop's FileSystem as s3a:// would be."""
+    return {"state_store": {}, "checkpoint_store": {"checkpoint_store": (tmp_path / "shared").as_uri()}}
+
+
+def checkpoints_in(root: Path) -> list[Path]:
+    """The Spark checkpoints (directories with an offset log) under `root`."""
+    return sorted(p.parent for p in root.rglob("offsets") if p.is_dir() and (p.parent / "metadata").exists())
 
 
 def copied_source_sequences(url: str, stream: str) -> list[int]:

@@ -51,6 +51,13 @@ NATS_CLIENT, NATS_ROUTES, NATS_MONITOR = 4222, 6222, 8222
 SPARK_MASTER, SPARK_WORKER, SPARK_DRIVER, SPARK_BLOCKS = 7077, 7078, 7079, 7080
 REPLICATOR_METRICS = 9108
 LOCUST_MASTER = 5557
+# The Hadoop version pyspark bundles (its jars/hadoop-client-api-*.jar): s3a's hadoop-aws must
+# match it. EC2 hosts fetch it through spark.jars.packages (terraform's user data).
+HADOOP_VERSION = "3.5.0"
+# Where each replicator process keeps its Spark checkpoints: every instance of it and every Spark
+# worker reach the same ones. EC2 hosts put s3a://<bucket>/checkpoints/<scenario> in its place,
+# the rehearsal a file:// folder of its local bucket.
+CHECKPOINTS = "{checkpoints}"
 SPARK_CLASS = '"$(python -c "import os, pyspark; print(os.path.dirname(pyspark.__file__))")/bin/spark-class"'
 
 
@@ -92,6 +99,7 @@ class Plan:
         return {
             "scenario": self.scenario,
             "scenario_file": scenario_file,
+            "hadoop_aws_package": f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}",
             "hosts": {
                 h.name: {
                     "role": h.role,
@@ -182,6 +190,7 @@ def _config_json(entries: list[dict[str, Any]], name: str, spark_master: str) ->
         "monitor_port": REPLICATOR_METRICS,
         "monitor_address": "{self}",
         "state_store": "state",
+        "checkpoint_store": f"{CHECKPOINTS}/{name}",
         "spark_master": spark_master,
         "spark_conf": {
             "spark.driver.host": "{self}",

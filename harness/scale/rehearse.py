@@ -5,8 +5,9 @@ planned as for EC2 (harness/scale/plan.py), and every host of the plan runs its 
 here: in a folder of its own (its working directory, as /var/lib/stream-replicator is on EC2,
 with the scenario file and the code the bucket ships), on a loopback address of its own
 (127.0.77.N, where EC2 gives 10.x.y.N), with `{host:NAME}` and `{self}` put in as the EC2 hosts
-do. Each host's `reports/` is then copied into a local bucket laid out as the S3 one, and the
-report is made from it exactly as `make scale-report` makes an EC2 run's.
+do, and `{checkpoints}` a file:// folder of a local bucket where EC2 has s3a://<bucket>/checkpoints.
+Each host's `reports/` is then copied into that bucket, laid out as the S3 one, and the report
+is made from it exactly as `make scale-report` makes an EC2 run's.
 
 On EC2 the hosts start in any order and their services retry; here they start role by role
 (servers, Spark, the checker, the replicators, then the fleet once the replicators have run a
@@ -32,6 +33,7 @@ import yaml
 
 from harness.process import readiness
 from harness.scale.plan import (
+    CHECKPOINTS,
     NATS_CLIENT,
     REPLICATOR_METRICS,
     SPARK_MASTER,
@@ -78,11 +80,12 @@ def host_addresses(plan: Plan) -> dict[str, str]:
     return {name: f"{LOOPBACK}{h['address_index']}" for name, h in hosts.items()}
 
 
-def render(command: str, own: str, addresses: dict[str, str]) -> str:
-    """The command as a host runs it (terraform/templates/user_data.sh.tftpl does the same)."""
+def render(command: str, own: str, addresses: dict[str, str], checkpoints: str) -> str:
+    """The command as a host runs it (terraform/templates/user_data.sh.tftpl does the same;
+    there `checkpoints` is s3a://<bucket>/checkpoints/<scenario>)."""
     for name, ip in addresses.items():
         command = command.replace(f"{{host:{name}}}", ip)
-    return command.replace("{self}", own)
+    return command.replace("{self}", own).replace(CHECKPOINTS, checkpoints)
 
 
 @dataclass
@@ -97,8 +100,8 @@ class HostProcess:
     def log_path(self) -> Path:
         return self.workdir / "service.log"
 
-    def start(self, addresses: dict[str, str], env: dict[str, str]) -> None:
-        command = render(self.host.command, self.address, addresses)
+    def start(self, addresses: dict[str, str], checkpoints: str, env: dict[str, str]) -> None:
+        command = render(self.host.command, self.address, addresses, checkpoints)
         self._log = self.log_path.open("ab")
         log.info("%s (%s): %s", self.host.name, self.address, command[:160])
         self.proc = subprocess.Popen(
@@ -188,6 +191,10 @@ def rehearse(
     plan = make_plan(spec, locust_users=locust_users)
     write_plan(plan, work / "plan", str(scaled))
     addresses = host_addresses(plan)
+    # The checkpoints go where the S3 ones go, in the local bucket, through the same Hadoop
+    # FileSystem calls (file:// rather than s3a://).
+    bucket = work / "bucket"
+    checkpoints = (bucket / "checkpoints" / spec.scenario.name).resolve().as_uri()
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONPATH", None)  # hosts run the shipped code from their working directory
@@ -199,7 +206,7 @@ def rehearse(
         for role in START_ORDER:
             group = [p for p in ordered if p.host.role == role]
             for p in group:
-                p.start(addresses, env)
+                p.start(addresses, checkpoints, env)
                 started.append(p)
             if role == "nats":
                 _wait("the NATS servers", lambda g=group: all(_listening(p.address, NATS_CLIENT) for p in g),
@@ -235,7 +242,6 @@ def rehearse(
     finally:
         for p in reversed(started):
             p.stop()
-    bucket = work / "bucket"
     for name, p in procs.items():
         # What each host's sr-reports timer does: its reports/ into the bucket, under its name.
         shutil.copytree(p.workdir / "reports", bucket / "reports" / s.name / name, dirs_exist_ok=True)

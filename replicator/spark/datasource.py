@@ -156,26 +156,10 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return parse_nats_url(self.o.url).redacted()
 
     def initialOffset(self) -> dict:
-        saved = read_initial_offset(self.o.initial_offset_file)
-        if saved is not None:
-            return saved  # the first batch replayed: from where it first started
-        start: dict[str, int] = {"seq": max(self._configured_start(), self.o.min_start_sequence)}
-        if self.o.sampling:
-            start["clock"] = 0
-        write_initial_offset(self.o.initial_offset_file, start)
-        return start
-
-    def _configured_start(self) -> int:
-        from replicator.nats.jetstream import sequence_at_time
-
-        info = self._info()
-        if self.o.start_at_end:
-            return int(info.state.last_seq) + 1
-        if self.o.start_time is not None:
-            loop, nc = self._conn()
-            seq = loop.run(sequence_at_time(nc, self.stream, self.o.start_time, bool(self._direct)), 30)
-            return seq if seq is not None else int(info.state.last_seq) + 1
-        return max(self.o.start_sequence, int(info.state.first_seq), 1)
+        if self.o.initial_offset:
+            return parse_initial_offset(self.o.initial_offset, "option initial_offset")
+        loop, nc = self._conn()
+        return loop.run(choose_initial_offset(nc, self.o), 60)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.o.max_messages_per_batch)
@@ -332,36 +316,40 @@ def write_lease(path: str, after: int) -> None:
     os.replace(tmp, path)
 
 
-def read_initial_offset(path: str) -> dict | None:
-    """The first offset a query chose, kept at `path`; None before it chose one."""
-    if not path:
-        return None
-    try:
-        with open(path) as f:
-            offset = json.load(f)
-    except FileNotFoundError:
-        return None
-    except ValueError as e:
-        raise RuntimeError(
-            f"nats-jetstream: the first offset kept in {path} is unreadable ({e}); remove the "
-            "checkpoint directory it is in to copy the stream again from the target's last message"
-        ) from None
-    if not isinstance(offset, dict) or not isinstance(offset.get("seq"), int):
-        raise RuntimeError(f"nats-jetstream: the first offset kept in {path} is not an offset: {offset!r}")
+async def choose_initial_offset(nc: Any, o: ReaderOptions) -> dict:
+    """Where a new query starts: the configured start, but never before min_start_sequence."""
+    from replicator.nats.jetstream import sequence_at_time, stream_info
+    from replicator.nats.urls import parse_nats_url
+
+    info = await stream_info(nc, o.stream)
+    if info is None:
+        where = parse_nats_url(o.url).redacted()
+        raise RuntimeError(f"nats-jetstream: stream {o.stream} does not exist on {where}")
+    if o.start_at_end:
+        seq = int(info.state.last_seq) + 1
+    elif o.start_time is not None:
+        found = await sequence_at_time(nc, o.stream, o.start_time, bool(info.config.allow_direct))
+        seq = found if found is not None else int(info.state.last_seq) + 1
+    else:
+        seq = max(o.start_sequence, int(info.state.first_seq), 1)
+    offset = {"seq": max(seq, o.min_start_sequence)}
+    if o.sampling:
+        offset["clock"] = 0
     return offset
 
 
-def write_initial_offset(path: str, offset: dict) -> None:
-    """Keep `offset` at `path` (atomically: a reader sees no file or the whole offset)."""
-    if not path:
-        return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(offset, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def parse_initial_offset(text: str, where: str) -> dict:
+    """A query's first offset as kept in its checkpoint (`where` names it in errors)."""
+    try:
+        offset = json.loads(text)
+    except ValueError as e:
+        raise RuntimeError(
+            f"nats-jetstream: the first offset kept in {where} is unreadable ({e}); remove the "
+            "checkpoint directory it is in to copy the stream again from the target's last message"
+        ) from None
+    if not isinstance(offset, dict) or not isinstance(offset.get("seq"), int):
+        raise RuntimeError(f"nats-jetstream: the first offset kept in {where} is not an offset: {offset!r}")
+    return offset
 
 
 class NatsJetStreamDataSource(DataSource):

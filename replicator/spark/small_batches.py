@@ -10,7 +10,7 @@ parallel.
 
 The range comes from the batch's own entry in the checkpoint's offset log: the source's end
 offset for a copy carries the sequence its batch starts at ("from", see NatsJetStreamReader),
-so one small local file names the whole range. A batch whose entry has no "from" (a checkpoint
+so one small file names the whole range. A batch whose entry has no "from" (a checkpoint
 written before it existed) is read by Spark.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -27,6 +26,7 @@ import pyarrow as pa
 from replicator.aio import LoopThread
 from replicator.nats.readers import REQUEST_TIMEOUT_S, ReadInterrupted, read_chunks
 from replicator.options import ReaderOptions
+from replicator.spark.checkpoint import CheckpointFiles
 from replicator.spark.datasource import batch_read_range
 from replicator.spark.rows import ARROW_SCHEMA, to_record_batch
 
@@ -36,14 +36,15 @@ log = logging.getLogger(__name__)
 KEEP_ROWS_OF = 16
 
 
-def batch_offsets(checkpoint: Path, batch_id: int) -> tuple[int, int] | None:
+def batch_offsets(checkpoint: CheckpointFiles, batch_id: int) -> tuple[int, int] | None:
     """(first, end) sequences of a copy batch from the checkpoint's offset log, or None when its
     entry is missing or does not name its start. The entry is Spark's: a version line, a line
     of batch metadata, then one offset per source (this query has one)."""
     try:
-        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-    except OSError:
+        text = checkpoint.read_text(f"offsets/{batch_id}")
+    except Exception:  # unreadable just now (a remote store's hiccup): Spark reads the batch
         return None
+    lines = (text or "").splitlines()
     if len(lines) < 3 or not lines[0].startswith("v"):
         return None
     try:
@@ -65,7 +66,7 @@ class SmallBatchReader:
     def __init__(
         self,
         options: ReaderOptions,
-        checkpoint: Path,
+        checkpoint: CheckpointFiles,
         loop: LoopThread,
         source_nc: Any,
         direct: bool,

@@ -8,6 +8,8 @@ from pathlib import Path
 import nats
 import pytest
 from helpers import (
+    checkpoint_places,
+    checkpoints_in,
     copied_source_sequences,
     create_stream,
     orders_backlog,
@@ -27,9 +29,13 @@ from replicator.nats.wire import first_value
 pytestmark = pytest.mark.integration
 
 
-def test_kill9_mid_copy_then_restart_gives_exact_copy(source_server, nats_server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("place", ["state_store", "checkpoint_store"])
+def test_kill9_mid_copy_then_restart_gives_exact_copy(
+    source_server, nats_server, tmp_path: Path, place: str
+) -> None:
     src, dst = source_server.url, nats_server.url
-    cfg, n_first = orders_backlog(src, dst, tmp_path, 30_000, batch_max_messages=2000)
+    top = checkpoint_places(tmp_path)[place]
+    cfg, n_first = orders_backlog(src, dst, tmp_path, 30_000, batch_max_messages=2000, **top)
     rep = start_replicator(cfg)
     # Kill -9 while copies are in flight (somewhere inside the backlog), not at a batch boundary.
     wait_for(lambda: run(count(dst, "ORDERS")) >= 7_000, 180, "copying under way", rep)
@@ -53,6 +59,11 @@ def test_kill9_mid_copy_then_restart_gives_exact_copy(source_server, nats_server
     )
     assert [m.data for m in got] == [m.data for m in want]
     assert "resuming after it" in rep2.output()
+    # The checkpoint is where the config puts it, and only there.
+    shared = checkpoints_in(tmp_path / "shared")
+    assert (len(shared), len(checkpoints_in(tmp_path / "state"))) == ((1, 0) if top else (0, 1))
+    if top:
+        assert (shared[0] / "sr-initial-offset.json").is_file()
 
 
 def test_restart_without_checkpoint_never_republishes(source_server, nats_server, tmp_path: Path) -> None:

@@ -16,7 +16,16 @@ from typing import Any
 import orjson
 import pytest
 import yaml
-from helpers import create_stream, publish, run, start_replicator, wait_for, write_config
+from helpers import (
+    checkpoint_places,
+    checkpoints_in,
+    create_stream,
+    publish,
+    run,
+    start_replicator,
+    wait_for,
+    write_config,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.streams import count_messages as count
@@ -240,13 +249,15 @@ def test_header_and_subject_token_keys_and_messages_without_a_sender(
     assert Counter(e for _, e, _ in advs) == {"new": 10, "timeout": 10, "expire": 10}
 
 
+@pytest.mark.parametrize("place", ["state_store", "checkpoint_store"])
 def test_kill_9_and_a_backlog_longer_than_warn_give_no_false_timeouts_and_nothing_twice(
-    source_server, nats_server, tmp_path: Path
+    source_server, nats_server, tmp_path: Path, place: str
 ) -> None:
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "REG", SUBJECTS))
     run(create_stream(src, "ADV", ["choria.adv.>"]))
-    cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)])
+    top = checkpoint_places(tmp_path)[place]
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)], **top)
     rep = start_replicator(cfg)
     rep.wait_ready(120)
     # The fleet publishes for 12 s (2 inspect intervals); the replicator is killed -9 after 4 s
@@ -275,6 +286,16 @@ def test_kill_9_and_a_backlog_longer_than_warn_give_no_false_timeouts_and_nothin
     early = [d for d in docs if d["event"] == "timeout" and d["timestamp"] < last_publish - 1]
     assert len(early) == 4
     assert len({d["event_id"] for d in docs}) == len(docs)
+    # The senders' state went where the config put the checkpoint, and only there.
+    shared = checkpoints_in(tmp_path / "shared")
+    assert (len(shared), len(checkpoints_in(tmp_path / "state"))) == ((1, 0) if top else (0, 1))
+    assert ((shared or checkpoints_in(tmp_path / "state"))[0] / "state").is_dir()
+    if top:
+        from helpers import cli
+
+        out = cli("admin", "state", "--config", str(cfg))
+        assert out.returncode == 0, out.stderr
+        assert "tracked senders" in out.stdout.splitlines()[0]
 
 
 def test_admin_state_lists_tracked_senders_from_the_checkpoint(

@@ -44,3 +44,9 @@ def test_the_million_node_plan_rehearsed_small_passes_its_ground_truth(tmp_path:
     assert published > 0 and figures["published"] == figures["read"] == figures["copied"] == published
     assert figures["advisories"] == published
     assert (work / "report" / "million-realtime.png").stat().st_size > 5000
+    # The replicator's checkpoint (the senders' state written by the Spark worker's executor
+    # included) is in the bucket, where EC2 keeps it on S3, not on the replicator host.
+    checkpoints = work / "bucket" / "checkpoints" / "million-realtime"
+    states = [p for p in checkpoints.rglob("state") if (p.parent / "offsets").is_dir()]
+    assert len(states) == 1 and any(states[0].rglob("*.zip"))  # RocksDB's snapshots
+    assert not list((work / "hosts").rglob("checkpoint"))

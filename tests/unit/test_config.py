@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +93,26 @@ def test_the_monitor_listens_on_every_interface_unless_given_an_address() -> Non
         ConfigError, match=r"monitor_address: 'localhost:9100' is not an IP address: use 127\.0\.0\.1"
     ):
         parse_config({**BASE, "monitor_address": "localhost:9100"})
+
+
+def test_checkpoints_go_under_state_store_unless_checkpoint_store_names_a_uri(tmp_path: Path) -> None:
+    from replicator.replication import checkpoint_location
+
+    cfg = parse_config({**BASE, "state_store": str(tmp_path)})
+    assert checkpoint_location(cfg, cfg.streams[0]) == str(
+        tmp_path / f"{cfg.streams[0].stream}_{cfg.streams[0].name}" / "checkpoint"
+    )
+    shared = parse_config({**BASE, "checkpoint_store": "s3a://bucket/ckpt/"})
+    assert checkpoint_location(shared, shared.streams[0]) == (
+        f"s3a://bucket/ckpt/{shared.streams[0].stream}_{shared.streams[0].name}/checkpoint"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"checkpoint_store: '/data/ckpt' is not a URI: give one Spark can write to \(s3a://",
+    ):
+        parse_config({**BASE, "checkpoint_store": "/data/ckpt"})
+    with pytest.raises(ConfigError, match=r"through Hadoop's s3a connector: write s3a://bucket/ckpt"):
+        parse_config({**BASE, "checkpoint_store": "s3://bucket/ckpt"})
 
 
 def test_chain_copies_is_on_unless_turned_off() -> None:

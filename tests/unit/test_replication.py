@@ -7,6 +7,7 @@ from pathlib import Path
 from replicator.aio import LoopThread
 from replicator.config import Config
 from replicator.replication import StreamReplication, crash_leftovers
+from replicator.spark.checkpoint import LocalCheckpoint
 
 
 def test_half_written_log_files_are_found_and_nothing_else(tmp_path: Path) -> None:
@@ -26,8 +27,9 @@ def test_half_written_log_files_are_found_and_nothing_else(tmp_path: Path) -> No
         ckpt / "sr-initial-offset.json",
     ):
         kept.write_text("{}")
-    assert crash_leftovers(ckpt) == [ckpt / "commits" / ".3.abc.tmp", crc, half]
-    assert crash_leftovers(tmp_path / "none") == []
+    found = crash_leftovers(LocalCheckpoint(ckpt))
+    assert found == ["offsets/" + crc.name, "offsets/" + half.name, "commits/.3.abc.tmp"]
+    assert crash_leftovers(LocalCheckpoint(tmp_path / "none")) == []
 
 
 def test_start_at_end_is_the_end_as_the_replicator_starts(tmp_path: Path) -> None:

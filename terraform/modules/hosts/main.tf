@@ -29,12 +29,13 @@ resource "aws_instance" "host" {
   }
 
   user_data = templatefile("${path.module}/../../templates/user_data.sh.tftpl", {
-    host      = each.key
-    role      = each.value.role
-    command   = each.value.command
-    bucket    = var.bucket
-    scenario  = var.scenario
-    addresses = var.addresses
+    host       = each.key
+    role       = each.value.role
+    command    = each.value.command
+    bucket     = var.bucket
+    scenario   = var.scenario
+    hadoop_aws = var.hadoop_aws
+    addresses  = var.addresses
   })
 
   tags = {

@@ -43,6 +43,11 @@ variable "scenario" {
   type        = string
 }
 
+variable "hadoop_aws" {
+  description = "Maven coordinates of hadoop-aws, which Spark fetches to write checkpoints through s3a."
+  type        = string
+}
+
 variable "addresses" {
   description = "Every host's private address, by host name, for the {host:NAME} of commands."
   type        = map(string)

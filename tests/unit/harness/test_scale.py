@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.scale.plan import make_plan
+from harness.scale.plan import HADOOP_VERSION, make_plan
 from harness.scale.rehearse import LOOPBACK, host_addresses, render, scaled_scenario
 from harness.scale.report import ReportError, build_report, fetch
 from harness.scenario.runner import quiet_second
@@ -42,10 +42,26 @@ def test_a_rehearsal_host_gets_the_address_ec2_would_give_it_on_loopback() -> No
     assert addresses == {n: f"{LOOPBACK}{h['address_index']}" for n, h in tfvars.items()}
     assert len(set(addresses.values())) == len(addresses)
     replicator = next(h for h in plan.hosts if h.role == "replicator")
-    command = render(replicator.command, addresses[replicator.name], addresses)
-    assert "{" + "host:" not in command and "{self}" not in command
+    command = render(replicator.command, addresses[replicator.name], addresses, "file:///b/checkpoints/s")
+    assert "{" + "host:" not in command and "{self}" not in command and "{checkpoints}" not in command
     assert f"spark://{addresses['spark-master']}:7077" in command
     assert f'"monitor_address":"{addresses[replicator.name]}"' in command
+    # Every instance of a replicator process and every Spark worker reach the same checkpoints.
+    assert (
+        f'"checkpoint_store":"file:///b/checkpoints/s/{replicator.name.removeprefix("replicator-").rsplit("-", 1)[0]}"'
+        in command
+    )
+
+
+def test_the_s3a_connector_ec2_hosts_fetch_matches_the_hadoop_that_pyspark_bundles() -> None:
+    """hadoop-aws must be the very version of the hadoop-client jars Spark runs with."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    bundled = [p.name for p in jars.glob("hadoop-client-api-*.jar")]
+    assert bundled == [f"hadoop-client-api-{HADOOP_VERSION}.jar"]
+    tfvars = make_plan(load_spec(SCALE[0])).tfvars("x.yaml")
+    assert tfvars["hadoop_aws_package"] == f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}"
 
 
 def test_a_scaled_scenario_changes_the_fleet_size_and_duration_and_nothing_else(tmp_path: Path) -> None:

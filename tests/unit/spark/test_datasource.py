@@ -14,10 +14,9 @@ from replicator.options import ReaderOptions
 from replicator.spark.datasource import (
     BatchRamp,
     NatsJetStreamReader,
-    read_initial_offset,
+    parse_initial_offset,
     read_lease,
     split_range,
-    write_initial_offset,
     write_lease,
 )
 
@@ -53,19 +52,17 @@ def test_split_range_covers_in_order(start: int, n: int, par: int, min_size: int
     assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
 
 
-def test_a_replayed_first_batch_starts_where_it_first_started(tmp_path: Path) -> None:
+def test_a_replayed_first_batch_starts_where_it_first_started() -> None:
     """Spark asks for the first offset again when the first batch is replayed (its commit lost
     to a crash or a full disk). By then the target's copy has moved the start floor; the kept
     offset wins, so a sampled stream's state sees every message it had read."""
-    kept = tmp_path / "checkpoint" / "sr-initial-offset.json"
-    write_initial_offset(str(kept), {"seq": 1, "clock": 0})
     replay = ReaderOptions(url="nats://127.0.0.1:1", stream="REG", min_start_sequence=401,
-                           initial_offset_file=str(kept))  # fmt: skip
+                           initial_offset='{"seq": 1, "clock": 0}')  # fmt: skip
     assert NatsJetStreamReader(replay).initialOffset() == {"seq": 1, "clock": 0}  # asks no server
-    assert read_initial_offset(str(tmp_path / "none.json")) is None
-    kept.write_text("{not json")
     with pytest.raises(RuntimeError, match="remove the checkpoint directory"):
-        read_initial_offset(str(kept))
+        parse_initial_offset("{not json", "ckpt/sr-initial-offset.json")
+    with pytest.raises(RuntimeError, match="is not an offset"):
+        parse_initial_offset('{"clock": 0}', "ckpt/sr-initial-offset.json")
 
 
 def test_a_standby_reads_nothing_until_a_lease_says_where_the_target_ends(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from replicator.aio import LoopThread
 from replicator.options import ReaderOptions
+from replicator.spark.checkpoint import LocalCheckpoint
 from replicator.spark.datasource import NatsJetStreamReader, batch_read_range, write_lease
 from replicator.spark.small_batches import SmallBatchReader, batch_offsets
 
@@ -27,15 +28,16 @@ def test_a_copy_batch_offset_names_where_the_batch_starts() -> None:
 
 
 def test_the_range_comes_from_the_batch_entry_in_the_offset_log(tmp_path: Path) -> None:
+    ckpt = LocalCheckpoint(tmp_path)
     _entry(tmp_path, 7, '{"seq":3001,"from":2001}')
-    assert batch_offsets(tmp_path, 7) == (2001, 3001)
+    assert batch_offsets(ckpt, 7) == (2001, 3001)
     _entry(tmp_path, 8, '{"seq": 4001}')  # written before offsets named their start
-    assert batch_offsets(tmp_path, 8) is None
-    assert batch_offsets(tmp_path, 9) is None  # no entry
+    assert batch_offsets(ckpt, 8) is None
+    assert batch_offsets(ckpt, 9) is None  # no entry
     (tmp_path / "offsets" / "10").write_text("garbage")
-    assert batch_offsets(tmp_path, 10) is None
+    assert batch_offsets(ckpt, 10) is None
     _entry(tmp_path, 11, "{not json")
-    assert batch_offsets(tmp_path, 11) is None
+    assert batch_offsets(ckpt, 11) is None
 
 
 def test_a_leader_reads_after_its_lease_and_a_standby_reads_nothing(tmp_path: Path) -> None:
@@ -52,7 +54,9 @@ def test_large_batches_are_left_to_spark_and_a_standby_gets_no_rows(tmp_path: Pa
     loop = LoopThread("test-small-batches")
     try:
         o = ReaderOptions(url="nats://127.0.0.1:1", stream="S", lease_file=lease)
-        small = SmallBatchReader(o, tmp_path, loop, source_nc=None, direct=True, max_messages=1000)
+        small = SmallBatchReader(
+            o, LocalCheckpoint(tmp_path), loop, source_nc=None, direct=True, max_messages=1000
+        )
         _entry(tmp_path, 0, '{"seq":1002,"from":1}')
         assert small(0).num_rows == 0  # type: ignore[union-attr]  # standing by (no lease yet)
         assert small.batches_read == 1 and small.rows == {0: 0}

@@ -1,0 +1,138 @@
+"""Where a stream's Spark checkpoint lives, and the few files in it the replicator reads itself.
+
+By default a checkpoint is a directory under state_store, read as local files. With
+`checkpoint_store` (a Hadoop URI: s3a://bucket/prefix, hdfs://..., file:///dir) it lives where
+that names, so every executor of a Spark cluster, and a driver started on another host, reach
+the same offsets and sampling state. The replicator then reads and writes its files through the
+JVM's Hadoop FileSystem: the connector and credentials Spark itself writes the checkpoint with.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_uri(location: str) -> bool:
+    return bool(_URI.match(location))
+
+
+class CheckpointFiles(Protocol):
+    """Files inside one checkpoint, named relative to it ("offsets/7")."""
+
+    location: str  # what Spark's checkpointLocation option is given
+
+    def read_text(self, name: str) -> str | None:
+        """The file's text, None if there is no such file."""
+        ...
+
+    def write_text(self, name: str, text: str) -> None:
+        """Replace the file whole: a reader sees the old text, or none, or all of the new."""
+        ...
+
+    def names(self, directory: str) -> list[str]:
+        """The names of the files in a directory, [] if it does not exist."""
+        ...
+
+    def exists(self, name: str) -> bool:
+        """Whether the checkpoint holds a file or directory of that name."""
+        ...
+
+    def delete(self, name: str) -> None: ...
+
+
+class LocalCheckpoint:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.location = str(root)
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            return (self.root / name).read_text()
+        except FileNotFoundError:
+            return None
+
+    def write_text(self, name: str, text: str) -> None:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def names(self, directory: str) -> list[str]:
+        d = self.root / directory
+        return sorted(p.name for p in d.iterdir() if p.is_file()) if d.is_dir() else []
+
+    def exists(self, name: str) -> bool:
+        return (self.root / name).exists()
+
+    def delete(self, name: str) -> None:
+        (self.root / name).unlink(missing_ok=True)
+
+
+class HadoopCheckpoint:
+    """Through the driver JVM's org.apache.hadoop.fs.FileSystem (py4j), with the session's
+    Hadoop configuration: spark.hadoop.* settings (fs.s3a.*) apply here as they do to Spark."""
+
+    def __init__(self, spark: SparkSession, uri: str) -> None:
+        self.location = uri.rstrip("/")
+        self._jvm: Any = spark.sparkContext._jvm
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self._fs: Any = self._path("").getFileSystem(conf)
+
+    def _path(self, name: str) -> Any:
+        return self._jvm.org.apache.hadoop.fs.Path(f"{self.location}/{name}" if name else self.location)
+
+    def read_text(self, name: str) -> str | None:
+        path = self._path(name)
+        if not self._fs.exists(path):
+            return None
+        stream = self._fs.open(path)
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def write_text(self, name: str, text: str) -> None:
+        # Written beside and renamed into place: an object store's rename is a copy, but of a
+        # complete file, so a reader still never sees half of one.
+        path, tmp = self._path(name), self._path(f"{name}.tmp")
+        out = self._fs.create(tmp, True)
+        try:
+            out.write(bytearray(text.encode()))
+        finally:
+            out.close()
+        self._fs.delete(path, False)
+        if not self._fs.rename(tmp, path):
+            raise OSError(f"could not rename {tmp} to {path}")
+
+    def names(self, directory: str) -> list[str]:
+        path = self._path(directory)
+        if not self._fs.exists(path):
+            return []
+        return sorted(str(s.getPath().getName()) for s in self._fs.listStatus(path) if s.isFile())
+
+    def exists(self, name: str) -> bool:
+        return bool(self._fs.exists(self._path(name)))
+
+    def delete(self, name: str) -> None:
+        self._fs.delete(self._path(name), False)
+
+
+def open_checkpoint(location: str, spark: SparkSession | None) -> CheckpointFiles:
+    """A checkpoint's files: a Hadoop URI goes through the session's JVM, a path is local."""
+    if not is_uri(location):
+        return LocalCheckpoint(Path(location))
+    if spark is None:
+        raise RuntimeError(f"checkpoint {location} is a URI: it is read through a Spark session")
+    return HadoopCheckpoint(spark, location)
