@@ -189,6 +189,10 @@ class NatsJetStreamReader(DataSourceStreamReader):
             cap = 0  # all there is: ask where the stream ends
         else:
             cap = self.o.max_messages_per_batch
+        if self._stream_end is None:
+            # The first batch of this run: the stream's mean size, which caps a copy batch's
+            # bytes, is not known yet (nor where the stream ends).
+            self._stream_end = int(self._info().state.last_seq) + 1
         if cap and self._mean_bytes and not self.o.sampling:
             # A copy batch's payloads pass through the driver together (a sampled batch's rows
             # carry none: its copies are read back a chunk at a time).
