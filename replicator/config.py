@@ -188,6 +188,10 @@ class StreamConfig(_Strict):
     # Shuffle partitions of the sampled query (tasks that hold the buckets' state); fixed in the
     # checkpoint at its first batch. Default: one per 16 buckets.
     sampling_partitions: int | None = Field(default=None, ge=1, le=4096)
+    # `stream`: copies in the source's order, published by the driver. `subject`: each subject's
+    # copies in order, published by Spark's tasks in `lanes` (replicator.spark.lanes).
+    order: Literal["stream", "subject"] = "stream"
+    lanes: int = Field(default=4, ge=1, le=1024)
 
     @field_validator("stream", "target_stream")
     @classmethod
@@ -273,6 +277,21 @@ class StreamConfig(_Strict):
                 self.warn_duration = self.inspect_duration / 2
             elif self.warn_duration >= self.inspect_duration:
                 raise ValueError("warn_duration must be shorter than inspect_duration")
+        if self.order == "subject":
+            unsupported = [
+                k
+                for k, on in (
+                    ("sampling (inspect_*)", self.sampling),
+                    ("leader_election_name", bool(self.leader_election_name)),
+                    ("max_age", self.max_age is not None),
+                )
+                if on
+            ]
+            if unsupported:
+                raise ValueError(
+                    f"order: subject does not combine with {', '.join(unsupported)} yet: use order: stream "
+                    "(the default) for this entry"
+                )
         if self.batch_max_messages is None:
             self.batch_max_messages = DEFAULT_SAMPLING_BATCH if self.sampling else DEFAULT_COPY_BATCH
         if self.sampling_partitions is None:

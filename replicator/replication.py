@@ -43,10 +43,11 @@ from replicator.spark.datasource import (
     write_lease,
 )
 from replicator.spark.inflight import InflightRecord
+from replicator.spark.lanes import LaneSettings, LaneSink
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink, bucket_function
 from replicator.spark.session import session_conf
-from replicator.spark.sink import OrderedSink, SinkSettings
+from replicator.spark.sink import BatchResult, OrderedSink, SinkSettings
 from replicator.spark.small_batches import SmallBatchReader
 
 if TYPE_CHECKING:
@@ -171,6 +172,11 @@ class StreamReplication:
                 info.state.last_seq,
             )
             floor = 0
+        if floor and s.order == "subject":
+            # Lanes publish side by side: the target's last copy says nothing of the other
+            # lanes. The checkpoint says where to resume; Nats-Msg-Id drops what is there.
+            self.log.info("order: subject resumes from its checkpoint, not from the target's last copy")
+            floor = 0
         if floor:
             self.log.info("target already holds source sequences up to %d; resuming after it", floor)
         created = int(info.created.timestamp()) if info.created else 0
@@ -196,7 +202,9 @@ class StreamReplication:
             floor=floor,
             # Copying overlaps publishing with Spark's next batch; sampling publishes in the
             # batch itself (its decisions live in Spark's state, not in the source).
-            inflight=None if s.sampling else InflightRecord(inflight_path(self.cfg, s)),
+            inflight=None
+            if s.sampling or s.order == "subject"
+            else InflightRecord(inflight_path(self.cfg, s)),
         )
         metrics().start_series(
             self.sink.labels, tuple(Event) if s.sampling and s.advisory is not None else ()
@@ -280,7 +288,9 @@ class StreamReplication:
         options = dataclasses.replace(self.reader_options(), initial_offset=self._initial_offset(files))
         df = spark.readStream.format("nats-jetstream").options(**options.to_spark()).load()
         sink: Any = self.sink
-        if self.sampling_sink is None:
+        if self.s.order == "subject":
+            sink = LaneSink(self.lane_settings(), self.s.lanes, self._lanes_done)
+        elif self.sampling_sink is None:
             # A batch small enough for one read task is read in the driver instead.
             self.small_batches = SmallBatchReader(
                 options,
@@ -320,6 +330,29 @@ class StreamReplication:
             )
         self.log.info("replicating to %s (checkpoint %s)", self.s.target_stream, ckpt)
         return self.query
+
+    def _lanes_done(self, r: BatchResult) -> None:
+        """Every lane of a batch is acknowledged: the target holds the batch whole."""
+        assert self.sink is not None
+        self.sink.floor = max(self.sink.floor, r.last_seq)
+        self.sink.account(r)
+
+    def lane_settings(self) -> LaneSettings:
+        assert self.sink is not None
+        st = self.sink.settings
+        return LaneSettings(
+            target_url=st.target_url,
+            target_stream=st.target_stream,
+            source_stream=st.source_stream,
+            replicator=st.replicator,
+            config_name=st.config_name,
+            stream_identity=st.stream_identity,
+            subject_prefix=st.subject_prefix,
+            subject_remove=st.subject_remove,
+            tls=st.tls,
+            max_pending=st.max_pending,
+            ack_timeout=st.ack_timeout,
+        )
 
     def _initial_offset(self, files: CheckpointFiles) -> str:
         """The query's first offset (JSON), chosen once and kept in its checkpoint: Spark asks

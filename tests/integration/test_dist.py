@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from helpers import copied_source_sequences, orders_backlog, run, wait_for
-from spark_cluster import standalone_cluster
 
 from harness.dist import SUBMIT_FILE, Artifacts, build
 from harness.process import ReplicatorProcess, process_tree
+from harness.spark_cluster import standalone_cluster
 from harness.streams import count_messages as count
 
 pytestmark = pytest.mark.integration

@@ -20,8 +20,8 @@ from helpers import (
     wait_for,
     write_config,
 )
-from spark_cluster import standalone_cluster
 
+from harness.spark_cluster import standalone_cluster
 from harness.streams import count_messages as count
 
 pytestmark = pytest.mark.integration

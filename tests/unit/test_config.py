@@ -115,6 +115,22 @@ def test_checkpoints_go_under_state_store_unless_checkpoint_store_names_a_uri(tm
         parse_config({**BASE, "checkpoint_store": "s3://bucket/ckpt"})
 
 
+def test_order_is_the_streams_unless_subject_lanes_are_asked_for_where_they_apply() -> None:
+    assert parse_config(BASE).streams[0].order == "stream"
+    entry = parse_config(
+        {**BASE, "streams": [{**BASE["streams"][0], "order": "subject", "lanes": 8}]}
+    ).streams[0]
+    assert (entry.order, entry.lanes) == ("subject", 8)
+    with pytest.raises(ConfigError, match=r"order: Input should be 'stream' or 'subject'"):
+        parse_config({**BASE, "streams": [{**BASE["streams"][0], "order": "sender"}]})
+    sampled = {**BASE["streams"][0], "order": "subject", "inspect_field": "sender", "inspect_duration": "1h"}
+    with pytest.raises(
+        ConfigError,
+        match=r"order: subject does not combine with sampling \(inspect_\*\) yet: use order: stream",
+    ):
+        parse_config({**BASE, "streams": [sampled]})
+
+
 def test_chain_copies_is_on_unless_turned_off() -> None:
     assert parse_config(BASE).streams[0].chain_copies is True
     off = parse_config({**BASE, "streams": [{**BASE["streams"][0], "chain_copies": False}]})

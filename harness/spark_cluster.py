@@ -1,5 +1,6 @@
-"""A Spark standalone cluster (one master, one worker) on loopback, started from a pyspark
-installation's own scripts: the cluster mode users deploy, on this machine."""
+"""A Spark standalone cluster (one master, one or more workers) on loopback, started from a
+pyspark installation's own scripts: the cluster mode users deploy, on this machine (the tests
+and `make bench`)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,13 @@ def _spark_class(
 
 @contextlib.contextmanager
 def standalone_cluster(
-    spark_home: Path, workdir: Path, env: dict[str, str] | None = None, cores: int = 2
+    spark_home: Path, workdir: Path, env: dict[str, str] | None = None, cores: int = 2, workers: int = 1
 ) -> Iterator[str]:
-    """Yields the master URL; the worker's application directories are under workdir/work."""
+    """Yields the master URL once every worker registered; worker i's application directories
+    are under workdir/work (the first) or workdir/work-<i>."""
     env = dict(
         os.environ if env is None else env,
         SPARK_HOME=str(spark_home),
-        SPARK_WORKER_DIR=str(workdir / "work"),
         SPARK_LOCAL_IP="127.0.0.1",
         SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
     )
@@ -44,24 +45,24 @@ def standalone_cluster(
         master_log,
         env,
     )  # fmt: skip
-    worker = _spark_class(
-        spark_home,
-        ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", str(cores),
-         "--memory", "1G", "--webui-port", str(free_port()), master_url],
-        workdir / "worker.log",
-        env,
-    )  # fmt: skip
+    started = [master]
     try:
+        for i in range(workers):
+            work = workdir / ("work" if i == 0 else f"work-{i}")
+            args = ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", str(cores),
+                    "--memory", "1G", "--webui-port", str(free_port()), "--work-dir", str(work), master_url]  # fmt: skip
+            log = workdir / ("worker.log" if i == 0 else f"worker-{i}.log")
+            started.append(_spark_class(spark_home, args, log, env))
         deadline = time.monotonic() + 90
-        while "Registering worker" not in master_log.read_text(errors="replace"):
-            if time.monotonic() > deadline or master.poll() is not None or worker.poll() is not None:
+        while master_log.read_text(errors="replace").count("Registering worker") < workers:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in started):
                 raise RuntimeError("Spark standalone did not start:\n" + master_log.read_text())
             time.sleep(0.5)
         yield master_url
     finally:
-        for p in (worker, master):
+        for p in reversed(started):
             p.terminate()
-        for p in (worker, master):
+        for p in reversed(started):
             try:
                 p.wait(20)
             except subprocess.TimeoutExpired:
