@@ -191,6 +191,10 @@ class StreamConfig(_Strict):
     # `stream`: copies in the source's order, published by the driver. `subject`: each subject's
     # copies in order, published by Spark's tasks in `lanes` (replicator.spark.lanes).
     order: Literal["stream", "subject"] = "stream"
+    # Which copy batches the driver reads itself instead of Spark's read tasks (replicator.spark.
+    # small_batches): `all`; `small` (up to 1,000 messages, a live stream's); `auto`: all while
+    # Spark runs embedded (its tasks would run on this machine anyway), small on a cluster.
+    driver_reads: Literal["auto", "small", "all"] = "auto"
     lanes: int = Field(default=4, ge=1, le=1024)
 
     @field_validator("stream", "target_stream")

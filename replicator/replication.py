@@ -298,7 +298,7 @@ class StreamReplication:
                 self.loop,
                 self._source_nc,
                 self._source_direct,
-                options.min_partition_messages,
+                self.driver_read_limit(str(spark.sparkContext.master)),
             )
             self.sink.small_batches = self.small_batches
         partitions = None
@@ -330,6 +330,24 @@ class StreamReplication:
             )
         self.log.info("replicating to %s (checkpoint %s)", self.s.target_stream, ckpt)
         return self.query
+
+    def driver_read_limit(self, master: str) -> int:
+        """The largest copy batch (in messages) the driver reads itself (config driver_reads).
+        Embedded, Spark's read tasks run on this machine too, and handing their rows through
+        the JVM to this process cost more than the reading (`make bench`, docs/performance.md);
+        on a cluster they read in parallel on other machines."""
+        small = ReaderOptions.min_partition_messages
+        mode = self.s.driver_reads
+        if mode == "auto":
+            mode = "all" if master.startswith("local") else "small"
+        return int(self.s.batch_max_messages or small) if mode == "all" else small
+
+    def reads_through_spark(self, master: str) -> bool:
+        """Whether this entry's batches go through Spark's Python task workers (else the driver
+        reads every batch itself, and starting those workers would only cost memory)."""
+        if self.s.sampling or self.s.order == "subject":
+            return True
+        return self.driver_read_limit(master) < int(self.s.batch_max_messages or 0)
 
     def _lanes_done(self, r: BatchResult) -> None:
         """Every lane of a batch is acknowledged: the target holds the batch whole."""

@@ -102,8 +102,11 @@ class Runner:
         listen_to_batches(self.spark, self._on_batch)
         if self.cfg.profiling and self.spark.sparkContext.uiWebUrl:
             log.info("profiling: Spark's web UI at %s", self.spark.sparkContext.uiWebUrl)
-        # Spark's task workers start beside the first query's planning, not after it.
-        warm_task_workers(self.spark, sampling=any(r.s.sampling for r in self.replications))
+        # Spark's task workers start beside the first query's planning, not after it (when any
+        # entry's batches go through them: ~90 MB each otherwise idle).
+        master = str(self.spark.sparkContext.master)
+        if any(r.reads_through_spark(master) for r in self.replications):
+            warm_task_workers(self.spark, sampling=any(r.s.sampling for r in self.replications))
         # PySpark installs its own SIGINT handler when the context starts; ours must win.
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self.request_stop)

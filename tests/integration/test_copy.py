@@ -35,7 +35,10 @@ def _scrape(port: int) -> str:
         return ""
 
 
-def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("driver_reads", ["small", "auto"])
+def test_full_copy_with_subject_rewrite_and_headers(
+    source_cluster, nats_server, tmp_path: Path, driver_reads: str
+) -> None:
     src, dst = source_cluster.url, nats_server.url
     run(create_stream(src, "NODE_DATA", ["NODE_DATA.>"], num_replicas=3))
     items = [(f"NODE_DATA.host{i % 7}", registration(i), {"X-Origin": f"o{i}"}) for i in range(3000)]
@@ -54,6 +57,7 @@ def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server,
                 "target_stream": "FLEET_NODES",
                 "target_subject_prefix": "FLEET_NODES",
                 "target_subject_remove": "NODE_DATA",
+                "driver_reads": driver_reads,
             }
         ],
     )
@@ -72,11 +76,14 @@ def test_full_copy_with_subject_rewrite_and_headers(source_cluster, nats_server,
         }
         assert {"latestOffset", "addBatch", "triggerExecution"} <= set(steps), steps
         assert steps["triggerExecution"] >= 1 and steps["addBatch"] == steps["triggerExecution"], steps
-        # Batches start at 2,000 messages (read by Spark's tasks); the last 1,000 are few enough
-        # for the driver to read itself (replicator.spark.small_batches). Both checked below.
         read_by_driver = f"choria_stream_replicator_replicator_driver_read_batches_total{{{labels}}} "
         driver_batches = float(text.split(read_by_driver, 1)[1].split()[0])
-        assert 1 <= driver_batches < steps["addBatch"], (driver_batches, steps)
+        if driver_reads == "small":
+            # Batches start at 2,000 messages (read by Spark's tasks); the last 1,000 are few
+            # enough for the driver to read itself (replicator.spark.small_batches).
+            assert 1 <= driver_batches < steps["addBatch"], (driver_batches, steps)
+        else:  # Spark runs embedded here: the driver reads every batch
+            assert driver_batches == steps["addBatch"], (driver_batches, steps)
     finally:
         assert rep.stop() == 0, rep.output()
     got = run(read_all(dst, "FLEET_NODES"))
