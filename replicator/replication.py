@@ -43,7 +43,7 @@ from replicator.spark.datasource import (
     write_lease,
 )
 from replicator.spark.inflight import InflightRecord
-from replicator.spark.lanes import LaneSettings, LaneSink
+from replicator.spark.lanes import LaneSink
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink, bucket_function
 from replicator.spark.session import session_conf
@@ -289,7 +289,7 @@ class StreamReplication:
         df = spark.readStream.format("nats-jetstream").options(**options.to_spark()).load()
         sink: Any = self.sink
         if self.s.order == "subject":
-            sink = LaneSink(self.lane_settings(), self.s.lanes, self._lanes_done)
+            sink = LaneSink(self.sink.settings, self.s.lanes, self._lanes_done)
         elif self.sampling_sink is None:
             # A batch small enough for one read task is read in the driver instead.
             self.small_batches = SmallBatchReader(
@@ -354,23 +354,6 @@ class StreamReplication:
         assert self.sink is not None
         self.sink.floor = max(self.sink.floor, r.last_seq)
         self.sink.account(r)
-
-    def lane_settings(self) -> LaneSettings:
-        assert self.sink is not None
-        st = self.sink.settings
-        return LaneSettings(
-            target_url=st.target_url,
-            target_stream=st.target_stream,
-            source_stream=st.source_stream,
-            replicator=st.replicator,
-            config_name=st.config_name,
-            stream_identity=st.stream_identity,
-            subject_prefix=st.subject_prefix,
-            subject_remove=st.subject_remove,
-            tls=st.tls,
-            max_pending=st.max_pending,
-            ack_timeout=st.ack_timeout,
-        )
 
     def _initial_offset(self, files: CheckpointFiles) -> str:
         """The query's first offset (JSON), chosen once and kept in its checkpoint: Spark asks

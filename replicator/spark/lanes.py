@@ -16,17 +16,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replicator.config import TLSConfig
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, format_source_header, is_copied, message_id
 from replicator.nats.publisher import PublishError
 from replicator.nats.wire import encode_header_lines
-from replicator.spark.sink import BatchResult
+from replicator.spark.sink import BatchResult, SinkSettings
 from replicator.subjects import rewrite_subject
 
 # What each lane task returns to the driver, for the metrics.
@@ -36,24 +34,7 @@ LANE_RESULT = pa.schema(
 )
 
 
-@dataclass(frozen=True)
-class LaneSettings:
-    """What an executor needs to publish a lane (pickled into every task)."""
-
-    target_url: str
-    target_stream: str
-    source_stream: str
-    replicator: str
-    config_name: str
-    stream_identity: str
-    subject_prefix: str = ""
-    subject_remove: str = ""
-    tls: TLSConfig | None = None
-    max_pending: int = 4000
-    ack_timeout: float = 30.0
-
-
-def lane_messages(table: pa.Table, s: LaneSettings) -> Iterator[tuple[str, bytes, bytes]]:
+def lane_messages(table: pa.Table, s: SinkSettings) -> Iterator[tuple[str, bytes, bytes]]:
     """(subject, payload, header lines) of each copy, in the table's order."""
     ts_ms = pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist()
     columns = zip(
@@ -84,7 +65,7 @@ _lock = threading.Lock()
 _publishers: dict[tuple[str, str], Any] = {}
 
 
-def _publisher(s: LaneSettings) -> tuple[Any, Any]:
+def _publisher(s: SinkSettings) -> tuple[Any, Any]:
     from replicator.aio import LoopThread
     from replicator.nats.connect import open_connection
     from replicator.nats.publisher import PipelinedPublisher
@@ -100,7 +81,7 @@ def _publisher(s: LaneSettings) -> tuple[Any, Any]:
         return held
 
 
-def publish_lane(s: LaneSettings) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def publish_lane(s: SinkSettings) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function `mapInArrow` runs on each lane: publish it in order, return its counts."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -135,7 +116,7 @@ def publish_lane(s: LaneSettings) -> Callable[[Iterator[pa.RecordBatch]], Iterat
 class LaneSink:
     """Callable for `foreachBatch`: the batch's lanes published by Spark's tasks."""
 
-    def __init__(self, settings: LaneSettings, lanes: int, account: Callable[[BatchResult], None]) -> None:
+    def __init__(self, settings: SinkSettings, lanes: int, account: Callable[[BatchResult], None]) -> None:
         self.settings = settings
         self.lanes = lanes
         self.account = account  # the stream's metrics and totals (OrderedSink.account)

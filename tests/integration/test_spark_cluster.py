@@ -38,54 +38,46 @@ def spark_standalone(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def test_runs_on_a_spark_standalone_cluster(
-    spark_standalone: str, source_server, nats_server, tmp_path: Path
-) -> None:
-    src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "CL", ["cl.>"]))
-    run(publish(src, [(f"cl.{i % 5}", registration(i), None) for i in range(5_000)]))
+def _copy_on_the_cluster(master: str, src: str, dst: str, tmp_path: Path, stream: str, subjects: int,
+                         **entry: object) -> None:  # fmt: skip
+    """5,000 messages over `subjects` subjects copied by a replicator whose Spark is `master`;
+    afterwards, an executor of the standalone worker must have run (a task runs nowhere else)."""
+    run(create_stream(src, stream, [f"{stream.lower()}.>"]))
+    run(publish(src, [(f"{stream.lower()}.{i % subjects}", registration(i), None) for i in range(5_000)]))
     cfg = write_config(
         tmp_path / "sr.yaml",
         "dc1",
-        [{"stream": "CL", "source_url": src, "target_url": dst}],
+        [{"stream": stream, "source_url": src, "target_url": dst, **entry}],
         spark_conf={"spark.driver.host": "127.0.0.1", "spark.cores.max": "2"},
     )
-    rep = start_replicator(cfg, "--spark-master", spark_standalone)
+    rep = start_replicator(cfg, "--spark-master", master)
     try:
-        wait_for(lambda: run(count(dst, "CL")) >= 5_000, 240, "copy on the cluster", rep)
+        wait_for(lambda: run(count(dst, stream)) >= 5_000, 240, "copy on the cluster", rep)
     finally:
         assert rep.stop() == 0, rep.output()
-    assert copied_source_sequences(dst, "CL") == list(range(1, 5_001))
-    # The read tasks really ran on the standalone worker's executor, not in a local driver.
-    app_dirs = list((tmp_path / "work").glob("app-*/*/stderr"))
-    assert app_dirs, "no executor was launched by the standalone worker"
+    assert list((tmp_path / "work").glob("app-*/*/stderr")), (
+        "no executor was launched by the standalone worker"
+    )
+
+
+def test_runs_on_a_spark_standalone_cluster(
+    spark_standalone: str, source_server, nats_server, tmp_path: Path
+) -> None:
+    # Batches above 1,000 messages are read by the worker's executor (driver_reads: auto).
+    _copy_on_the_cluster(spark_standalone, source_server.url, nats_server.url, tmp_path, "CL", 5)
+    assert copied_source_sequences(nats_server.url, "CL") == list(range(1, 5_001))
 
 
 def test_subject_lanes_are_published_by_the_standalone_workers_executor(
     spark_standalone: str, source_server, nats_server, tmp_path: Path
 ) -> None:
-    src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "LN", ["ln.>"]))
-    run(publish(src, [(f"ln.{i % 7}", registration(i), None) for i in range(5_000)]))
-    stream = {"stream": "LN", "source_url": src, "target_url": dst, "order": "subject", "lanes": 2}
-    cfg = write_config(
-        tmp_path / "sr.yaml",
-        "dc1",
-        [stream],
-        spark_conf={"spark.driver.host": "127.0.0.1", "spark.cores.max": "2"},
+    dst = nats_server.url
+    _copy_on_the_cluster(
+        spark_standalone, source_server.url, dst, tmp_path, "LN", 7, order="subject", lanes=2
     )
-    rep = start_replicator(cfg, "--spark-master", spark_standalone)
-    try:
-        wait_for(lambda: run(count(dst, "LN")) >= 5_000, 240, "lanes on the cluster", rep)
-    finally:
-        assert rep.stop() == 0, rep.output()
-    copies = run(read_all(dst, "LN"))
     by_subject: dict[str, list[int]] = {}
-    for m in copies:
+    for m in run(read_all(dst, "LN")):
         mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
         assert mark is not None
         by_subject.setdefault(m.subject, []).append(mark.sequence)
     assert by_subject == {f"ln.{k}": list(range(k + 1, 5_001, 7)) for k in range(7)}
-    # On a cluster a task runs only in an executor: the worker's ran the lanes' tasks.
-    stderr = "".join(p.read_text(errors="replace") for p in (tmp_path / "work").glob("app-*/*/stderr"))
-    assert stderr, "no executor was launched by the standalone worker"

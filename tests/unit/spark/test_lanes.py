@@ -7,10 +7,11 @@ import pyarrow as pa
 
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, format_source_header, message_id
 from replicator.nats.readers import RawMessage
-from replicator.spark.lanes import LaneSettings, lane_messages
+from replicator.spark.lanes import lane_messages
 from replicator.spark.rows import to_record_batch
+from replicator.spark.sink import SinkSettings
 
-SETTINGS = LaneSettings(
+SETTINGS = SinkSettings(
     target_url="nats://127.0.0.1:1",
     target_stream="COPY",
     source_stream="ORDERS",
