@@ -354,8 +354,10 @@ class Config(_Strict):
     def _checkpoint_store(cls, v: str) -> str:
         if not v:
             return v
-        scheme = v.split("://", 1)[0] if "://" in v else ""
-        if not scheme or not scheme[0].isalpha() or not all(c.isalnum() or c in "+.-" for c in scheme):
+        from replicator.spark.checkpoint import is_uri
+
+        scheme = v.split("://", 1)[0]
+        if not is_uri(v):
             raise ValueError(
                 f"{v!r} is not a URI: give one Spark can write to (s3a://bucket/prefix, "
                 "hdfs://namenode/dir, file:///dir), or leave it out to keep checkpoints under state_store"
