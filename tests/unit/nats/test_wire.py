@@ -121,3 +121,20 @@ def test_delivery_reply_subjects_give_sequence_time_and_pending() -> None:
     )
     with pytest.raises(wire.WireError):
         wire.parse_ack_subject("_INBOX.abc")
+
+
+@given(
+    st.lists(st.tuples(NAMES | st.sampled_from(sorted(wire.SERVER_HEADERS)), VALUES), max_size=5),
+    st.integers(1, 2**63 - 1),
+    st.sampled_from(
+        (b"", b"Nats-Num-Pending: 7\r\nNats-Last-Sequence: 41\r\n", b"Nats-UpTo-Sequence: 9\r\n")
+    ),
+)
+def test_a_reply_as_the_server_writes_it_parses_as_one_read_line_by_line(
+    own: list[tuple[str, str]], seq: int, batch_lines: bytes
+) -> None:
+    """The whole-block match (the usual reply) gives what reading every line gives, whether the
+    message's own headers are plain, repeat the server's names, or the reply is a batch's."""
+    block = server_reply(b"".join(f"{k}: {v}\r\n".encode() for k, v in own), seq=seq)
+    block = block[:-2] + batch_lines + b"\r\n"
+    assert wire.parse_direct_reply(block) == wire._parse_direct_reply_lines(block)
