@@ -10,6 +10,7 @@ sequence already in the target is published again.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -49,6 +50,10 @@ log = logging.getLogger(__name__)
 # not the sequence: a refused copy's id never becomes the last, so nothing can line up again.
 EXPECTED_LAST_MSG_ID = EXPECTED_LAST_MSG_ID_HEADER.encode() + b": %s\r\n"
 WRONG_LAST_MSG_ID = 10070  # JetStream's error code when that check fails
+# Chained copies ask for an ack every this many (and the last of a batch): an ack that says
+# stored vouches for the copies before it (replicator.nats.publisher). A failure is then found
+# by the target's tail and the copies after it published again, each acknowledged.
+CHAINED_ACK_EVERY = 256
 
 
 @dataclass
@@ -354,7 +359,7 @@ class OrderedSink:
                     prev = msg_id
                 yield subject, data, lines
 
-        start, duplicates = 0, 0
+        start, duplicates, ack_every = 0, 0, CHAINED_ACK_EVERY
         for _attempt in range(4):
             if not self.shared_target and self._last_id is None:
                 self._last_id, _ = await self._target_tail(nc)
@@ -364,10 +369,20 @@ class OrderedSink:
             self._last_id = None  # unknown until this attempt is settled
             last_id[0] = ""
             outcome = await publisher.publish(
-                messages(start, chain), s.ack_timeout + (len(seqs) - start) / 1000
+                messages(start, chain),
+                s.ack_timeout + (len(seqs) - start) / 1000,
+                ack_every if chain is not None else 1,
             )
             duplicates += outcome.duplicates
             first = outcome.first_failure()
+            if first is not None and not outcome.exact:
+                # Some copy at or before the failed ack was not stored: the target's tail says
+                # which were, and the rest go again with an ack each, to show why if they fail.
+                await self._tail_after_broken_chain(nc)
+                landed = bisect.bisect_right(seqs, self.floor, lo=start) - start
+                publisher.landed += max(0, landed - outcome.stored)  # the acks vouched for fewer
+                ack_every = 1
+                continue
             stored = first.index if first is not None else outcome.published
             if stored:
                 self.floor = max(self.floor, seqs[start + stored - 1])
@@ -385,18 +400,23 @@ class OrderedSink:
                     f"{first.reason}{later}; the batch will be retried"
                 )
             # The target's last message was not the one we published before: read its tail.
-            self._last_id, ours = await self._target_tail(nc)
-            if not ours:
-                self.shared_target = True
-                self.log.warning(
-                    "target stream %s has another writer: publishing without Nats-Expected-Last-Msg-Id from now "
-                    "on, so order rests on the checks made before publishing (see docs/operations.md)",
-                    s.target_stream,
-                )
+            await self._tail_after_broken_chain(nc)
             start += stored
         raise PublishError(
             f"target stream {s.target_stream} kept moving while we published; the batch will be retried"
         )
+
+    async def _tail_after_broken_chain(self, nc: ReplicatorClient) -> None:
+        """Where our copies in the target end (the floor), after a chained copy was refused;
+        a tail that is not our copy means someone else writes there: chaining stops."""
+        self._last_id, ours = await self._target_tail(nc)
+        if not ours:
+            self.shared_target = True
+            self.log.warning(
+                "target stream %s has another writer: publishing without Nats-Expected-Last-Msg-Id from now "
+                "on, so order rests on the checks made before publishing (see docs/operations.md)",
+                self.settings.target_stream,
+            )
 
     async def _target_tail(self, nc: ReplicatorClient) -> tuple[str, bool]:
         """The Nats-Msg-Id of the target's last message ("" if none) and whether that message is

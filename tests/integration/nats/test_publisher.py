@@ -15,14 +15,22 @@ from replicator.nats.wire import encode_header_lines
 
 
 def publish(
-    url: str, stream: str, batches: list[list[tuple[str, bytes, dict[str, str]]]], **kw: int
+    url: str,
+    stream: str,
+    batches: list[list[tuple[str, bytes, dict[str, str]]]],
+    ack_every: int = 1,
+    landed: list[int] | None = None,
+    **kw: int,
 ) -> list[PublishOutcome]:
     async def go() -> list[PublishOutcome]:
         nc = await open_connection(url, name="test-publisher")
         try:
             p = PipelinedPublisher(nc, stream, **kw)
             encoded = [[(s, d, encode_header_lines(h.items())) for s, d, h in b] for b in batches]
-            return [await p.publish(b, timeout=30) for b in encoded]
+            outcomes = [await p.publish(b, timeout=30, ack_every=ack_every) for b in encoded]
+            if landed is not None:
+                landed.append(p.landed)
+            return outcomes
         finally:
             await nc.close()
 
@@ -68,3 +76,38 @@ def test_refusals_are_reported_with_their_position(nats_server: NatsCluster) -> 
     assert "503" in reasons[1]
     assert "OTHER" in reasons[2]
     assert "expected stream" in reasons[3]
+
+
+def _chained(n: int, refuse_at: int | None = None) -> list[tuple[str, bytes, dict[str, str]]]:
+    """Copies chained as the sink chains them; the one at `refuse_at` names a stream that is not
+    the target, so the server refuses it, and with it every copy after it."""
+    out = []
+    for i in range(n):
+        h = {"Nats-Msg-Id": f"c:{i}"}
+        if i:
+            h["Nats-Expected-Last-Msg-Id"] = f"c:{i - 1}"
+        if i == refuse_at:
+            h["Nats-Expected-Stream"] = "NOPE"
+        out.append((f"t.{i % 7}", str(i).encode(), h))
+    return out
+
+
+def test_sparse_acks_of_a_chain_vouch_for_every_copy_before_them(nats_server: NatsCluster) -> None:
+    run(create_stream(nats_server.url, "T", ["t.>"]))
+    landed: list[int] = []
+    [outcome] = publish(nats_server.url, "T", [_chained(1000)], ack_every=64, max_pending=200, landed=landed)
+    assert (outcome.published, outcome.failures, outcome.exact) == (1000, [], False)
+    assert landed == [1000]
+    assert [m.data for m in run(read_all(nats_server.url, "T"))] == [str(i).encode() for i in range(1000)]
+
+
+def test_a_refusal_between_sparse_acks_is_reported_at_the_next_ack(nats_server: NatsCluster) -> None:
+    run(create_stream(nats_server.url, "T", ["t.>"]))
+    landed: list[int] = []
+    [outcome] = publish(nats_server.url, "T", [_chained(1000, refuse_at=300)], ack_every=64, landed=landed)
+    first = outcome.first_failure()
+    assert first is not None and not outcome.exact
+    # The next acked copy (index 319) stands for it; only copies before it are vouched for.
+    assert first.index == 319 and first.code == 10070
+    assert landed == [256]  # the last ack that said stored: index 255
+    assert len(run(read_all(nats_server.url, "T"))) == 300

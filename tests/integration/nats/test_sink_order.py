@@ -2,7 +2,9 @@
 batch, for a reason no check before publishing can see (a header the target's stream does not
 permit): the target holds exactly the copies before it, in order, and nothing after it; once
 the target takes it, the rest follows in order. Without the chain (`chain_copies: false`), the
-copies after it land first: what the chain is for."""
+copies after it land first: what the chain is for. Chained copies ask for an ack only every
+256th (replicator.spark.sink): the refused one is found whether it sits before the first ack
+or after several."""
 
 from __future__ import annotations
 
@@ -21,15 +23,13 @@ from replicator.nats.readers import RawMessage
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sink import OrderedSink, SinkSettings
 
-ROLLUP_AT = 40
 
-
-def _batch(n: int) -> pa.Table:
+def _batch(n: int, rollup_at: int) -> pa.Table:
     now = time.time_ns()
     msgs = [
         # The rollup is alone on its subject: once allowed, it replaces nothing.
         RawMessage(seq, "t.rollup", now, [("Nats-Rollup", "sub")], b"x")
-        if seq == ROLLUP_AT
+        if seq == rollup_at
         else RawMessage(seq, f"t.{seq % 5}", now, None, b"x" * 100)
         for seq in range(1, n + 1)
     ]
@@ -59,25 +59,30 @@ async def _allow_rollups(url: str, stream: str) -> None:
         await nc.close()
 
 
-@pytest.mark.parametrize("chain", [True, False], ids=["chained", "unchained"])
+@pytest.mark.parametrize(
+    ("chain", "n", "rollup_at"),
+    [(True, 100, 40), (True, 1000, 700), (False, 100, 40)],
+    ids=["chained", "chained-after-three-acks", "unchained"],
+)
 def test_a_refusal_mid_batch_leaves_no_copy_after_a_gap(
-    nats_server: NatsCluster, loop: LoopThread, chain: bool
+    nats_server: NatsCluster, loop: LoopThread, chain: bool, n: int, rollup_at: int
 ) -> None:
     run(create_stream(nats_server.url, "T", ["t.>"]))  # no rollups allowed
     sink = _sink(nats_server.url, loop, "T", chain)
     try:
-        with pytest.raises(PublishError, match=f"refused source sequence {ROLLUP_AT}: rollup"):
-            sink.publish_table(_batch(100))
+        with pytest.raises(PublishError, match=f"refused source sequence {rollup_at}: rollup"):
+            sink.publish_table(_batch(n, rollup_at))
         got = copied_source_sequences(nats_server.url, "T")
         if chain:
-            assert got == list(range(1, ROLLUP_AT))  # nothing after the refused one
-            assert sink.floor == ROLLUP_AT - 1
+            assert got == list(range(1, rollup_at))  # nothing after the refused one
+            assert sink.floor == rollup_at - 1
+            assert sink.landed == rollup_at - 1
         else:
-            assert got == [s for s in range(1, 101) if s != ROLLUP_AT]  # a gap, then the rest
+            assert got == [s for s in range(1, n + 1) if s != rollup_at]  # a gap, then the rest
             return
         run(_allow_rollups(nats_server.url, "T"))
-        sink.publish_table(_batch(100))  # the same batch again, as Spark replays it
+        sink.publish_table(_batch(n, rollup_at))  # the same batch again, as Spark replays it
     finally:
         sink.close()
     got = copied_source_sequences(nats_server.url, "T")
-    assert got == list(range(1, 101)), sorted(set(range(1, 101)) - set(got))
+    assert got == list(range(1, n + 1)), sorted(set(range(1, n + 1)) - set(got))
