@@ -123,11 +123,16 @@ def main() -> None:
             assert rep.sink is not None
             t = rep.sink.totals
             first = first_copy.get(rep.s.name)
-            rate = t.received / (done[0] - first) if done and first and done[0] > first else 0
+            # A sampled stream may take the whole backlog in one batch: no rate after its first copy.
+            pace = (
+                f"{t.received / (done[0] - first):,.0f} msg/s after the first copy"
+                if done and first and done[0] - first > 0.5
+                else "the whole backlog in one batch"
+            )
             print(
                 f"{rep.s.name:8} -> {rep.s.target_stream}: read {t.received:,}, copied {t.copied:,} "
                 f"({t.received / max(1, t.copied):.1f}:1), {t.duplicates} duplicates, final lag {rep.lag}; "
-                f"{rate:,.0f} msg/s after the first copy ({first - t_start if first else float('nan'):.1f} s to it, "
+                f"{pace} ({first - t_start if first else float('nan'):.1f} s to the first copy, "
                 "JVM and Spark start included)"
             )
         events = {

@@ -189,9 +189,9 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
                         for h in p.streams
                     ],
                 }))  # fmt: skip
-                procs.setdefault(p.name, []).append(
-                    ReplicatorProcess(cfg, report_dir / f"{s.name}.{instance}.log")
-                )
+                log_path = report_dir / f"{s.name}.{instance}.log"
+                log_path.unlink(missing_ok=True)  # this run's log only (restarts within it append)
+                procs.setdefault(p.name, []).append(ReplicatorProcess(cfg, log_path))
                 urls_of_metrics.append(f"http://127.0.0.1:{port}/metrics")
             hops += hop_refs(spec, p, urls, urls_of_metrics)
         everyone = [r for rs in procs.values() for r in rs]

@@ -28,7 +28,6 @@ from replicator.spark.sink import BatchResult, SinkSettings
 from replicator.subjects import rewrite_subject
 
 # What each lane task returns to the driver, for the metrics.
-LANE_RESULT_DDL = "rows long, bytes long, duplicates long, last_seq long"
 LANE_RESULT = pa.schema(
     [("rows", pa.int64()), ("bytes", pa.int64()), ("duplicates", pa.int64()), ("last_seq", pa.int64())]
 )
@@ -123,10 +122,11 @@ class LaneSink:
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
 
         started = time.monotonic()
         lanes = batch_df.repartition(self.lanes, "subject").sortWithinPartitions("seq")
-        done = lanes.mapInArrow(publish_lane(self.settings), LANE_RESULT_DDL).agg(
+        done = lanes.mapInArrow(publish_lane(self.settings), from_arrow_schema(LANE_RESULT)).agg(
             *(F.sum(c).alias(c) for c in ("rows", "bytes", "duplicates")), F.max("last_seq").alias("last_seq")
         )
         row = done.collect()[0]
