@@ -53,6 +53,7 @@ bench: install
 	$(BIN)/python -m bench.sampling_bench
 	$(BIN)/python -m bench.latency_bench $(if $(GO_REPLICATOR),--go-binary $(GO_REPLICATOR))
 	$(BIN)/python -m bench.lanes_bench
+	$(BIN)/python -m bench.ack_cost
 
 bench-emulator: install
 	$(BIN)/python -m bench.emulator_bench
