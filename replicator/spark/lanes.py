@@ -21,10 +21,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, format_source_header, is_copied, message_id
+from replicator.headers import message_id
 from replicator.nats.publisher import PublishError
-from replicator.nats.wire import encode_header_lines
-from replicator.spark.sink import BatchResult, SinkSettings
+from replicator.spark.sink import BatchResult, SinkSettings, copy_header_lines
 from replicator.subjects import rewrite_subject
 
 # What each lane task returns to the driver, for the metrics.
@@ -44,17 +43,8 @@ def lane_messages(table: pa.Table, s: SinkSettings) -> Iterator[tuple[str, bytes
         ts_ms,
         strict=True,
     )
-    src_name, id_name = SOURCE_HEADER.encode(), MSG_ID_HEADER.encode()
     for subject, seq, hdr, data, ts in columns:
-        own = encode_header_lines((k, v) for k, v in hdr if is_copied(k)) if hdr else b""
-        source = format_source_header(s.source_stream, seq, s.replicator, s.config_name, ts).encode()
-        lines = b"%s%s: %s\r\n%s: %s\r\n" % (
-            own,
-            src_name,
-            source,
-            id_name,
-            message_id(s.stream_identity, seq).encode(),
-        )
+        lines = copy_header_lines(s, seq, hdr, ts, message_id(s.stream_identity, seq))
         yield rewrite_subject(subject, s.subject_prefix, s.subject_remove), data, lines
 
 

@@ -86,6 +86,17 @@ class SinkSettings:
     chain: bool = True
 
 
+_COPY_LINES = b"%s" + SOURCE_HEADER.encode() + b": %s\r\n" + MSG_ID_HEADER.encode() + b": %s\r\n"
+
+
+def copy_header_lines(s: SinkSettings, seq: int, own: Any, ts_ms: int, msg_id: str) -> bytes:
+    """A copy's header lines: the source message's own (see headers.is_copied), then its
+    Choria-SR-Source and Nats-Msg-Id (`msg_id`, `message_id(s.stream_identity, seq)`)."""
+    kept = encode_header_lines((k, v) for k, v in own if is_copied(k)) if own else b""
+    source = format_source_header(s.source_stream, seq, s.replicator, s.config_name, ts_ms)
+    return _COPY_LINES % (kept, source.encode(), msg_id.encode())
+
+
 def _ascending(seqs: Any) -> bool:
     if len(seqs) < 2:
         return True
@@ -296,22 +307,13 @@ class OrderedSink:
         publisher, limits = self._publisher, self._limits
         size_limit, size_setter = limits.size_limit()
         covered = self._covered if limits.subjects else None
-        source, replicator, config_name, identity = (
-            s.source_stream,
-            s.replicator,
-            s.config_name,
-            s.stream_identity,
-        )
-        prefix, remove = s.subject_prefix, s.subject_remove
+        identity, prefix, remove = s.stream_identity, s.subject_prefix, s.subject_remove
         subjects = table.column("subject").to_pylist()
         seqs = table.column("seq").to_pylist()
         ts_ms = pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist()
         headers = table.column("headers").to_pylist()
         datas = table.column("data").to_pylist()
 
-        # The copy's header lines: the source message's own (see headers.is_copied), then ours.
-        line = b"%s%s: %s\r\n%s: %s\r\n"
-        src_name, id_name = SOURCE_HEADER.encode(), MSG_ID_HEADER.encode()
         held: list[str] = []  # why publishing stopped before a row, if it did
         last_id = [""]  # the Nats-Msg-Id of the last row published in this attempt
 
@@ -329,15 +331,8 @@ class OrderedSink:
                     headers[i],
                     datas[i],
                 )
-                own = encode_header_lines((k, v) for k, v in hdr if is_copied(k)) if hdr else b""
                 msg_id = message_id(identity, seq)
-                lines = line % (
-                    own,
-                    src_name,
-                    format_source_header(source, seq, replicator, config_name, ts_ms[i]).encode(),
-                    id_name,
-                    msg_id.encode(),
-                )
+                lines = copy_header_lines(s, seq, hdr, ts_ms[i], msg_id)
                 if prev:
                     lines += EXPECTED_LAST_MSG_ID % prev.encode()
                 size = len(lines) + HEADER_FRAME + len(data)
