@@ -37,7 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from replicator.options import ReaderOptions, TLSFiles
+from replicator.options import ReaderOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -406,38 +406,24 @@ def read_range_chunks(
         loop.close()
 
 
-# A read task's source connection, kept by its Python worker for the worker's next tasks (Spark
-# reuses workers), on a loop thread of its own that answers the server's pings in between. On
-# loopback a connection costs ~1.5 ms a task; across a long link, three round trips.
-_task_loop: Any = None
-_task_connections: dict[tuple[str, TLSFiles | None], Any] = {}
 # Whether a stream allows direct gets, as a worker's first task found (a task's reader is made
-# before the planner asks; one request a task otherwise). Forgotten with the connection.
+# before the planner asks; one request a task otherwise). Forgotten when a read fails.
 _task_direct: dict[tuple[str, str], bool] = {}
 
 
 def _task_connection(o: ReaderOptions) -> tuple[Any, Any]:
-    global _task_loop
-    from replicator.aio import LoopThread
-    from replicator.nats.connect import open_connection
+    """The source connection this worker keeps for its read tasks (replicator.spark.
+    worker_connections)."""
+    from replicator.spark.worker_connections import worker_connection
 
-    if _task_loop is None:
-        _task_loop = LoopThread("nats-jetstream-task")
-    key = (o.url, o.tls)
-    nc = _task_connections.get(key)
-    if nc is None or not nc.is_connected:
-        _drop_task_connection(o)
-        nc = _task_loop.run(open_connection(o.url, o.tls, name=f"sr-reader-{o.stream}"), 60)
-        _task_connections[key] = nc
-    return _task_loop, nc
+    return worker_connection(o.url, o.tls, f"sr-reader-{o.stream}")
 
 
 def _drop_task_connection(o: ReaderOptions) -> None:
+    from replicator.spark.worker_connections import drop_worker_connection
+
     _task_direct.pop((o.url, o.stream), None)
-    nc = _task_connections.pop((o.url, o.tls), None)
-    if nc is not None and _task_loop is not None:
-        with contextlib.suppress(Exception):
-            _task_loop.run(nc.close(), 5)
+    drop_worker_connection(o.url, o.tls)
 
 
 def read_task_chunks(o: ReaderOptions, start: int, end: int, direct: bool | None) -> Iterator[list[Any]]:

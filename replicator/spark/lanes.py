@@ -48,26 +48,23 @@ def lane_messages(table: pa.Table, s: SinkSettings) -> Iterator[tuple[str, bytes
         yield rewrite_subject(subject, s.subject_prefix, s.subject_remove), data, lines
 
 
-# One loop and one target connection per executor Python process, kept across tasks and
-# batches (Spark reuses its Python workers).
+# One publisher per target stream in each executor Python process, on the connection the worker
+# keeps across tasks and batches (replicator.spark.worker_connections).
 _lock = threading.Lock()
 _publishers: dict[tuple[str, str], Any] = {}
 
 
 def _publisher(s: SinkSettings) -> tuple[Any, Any]:
-    from replicator.aio import LoopThread
-    from replicator.nats.connect import open_connection
     from replicator.nats.publisher import PipelinedPublisher
+    from replicator.spark.worker_connections import worker_connection
 
+    loop, nc = worker_connection(s.target_url, s.tls, f"sr-lane-{s.config_name}")
     key = (s.target_url, s.target_stream)
     with _lock:
-        held = _publishers.get(key)
-        if held is not None and not held[1].nc.is_closed:
-            return held
-        loop = held[0] if held is not None else LoopThread("sr-lane")
-        nc = loop.run(open_connection(s.target_url, s.tls, name=f"sr-lane-{s.config_name}"), 60)
-        held = _publishers[key] = (loop, PipelinedPublisher(nc, s.target_stream, s.max_pending))
-        return held
+        publisher = _publishers.get(key)
+        if publisher is None or publisher.nc is not nc:
+            publisher = _publishers[key] = PipelinedPublisher(nc, s.target_stream, s.max_pending)
+        return loop, publisher
 
 
 def publish_lane(s: SinkSettings) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
