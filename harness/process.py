@@ -129,6 +129,16 @@ class ReplicatorProcess:
                 self.kill9()
         return self.proc.returncode
 
+    def stall(self, seconds: float) -> None:
+        """Freeze the whole group (SIGSTOP) for `seconds`, then let it go on (SIGCONT): a GC
+        pause, a frozen VM or a slow disk, as the rest of the world sees it."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def kill9(self) -> None:
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):

@@ -85,7 +85,7 @@ class Election:
 
     def __init__(
         self,
-        nc: Any,
+        nc: Any,  # the source cluster's; None until set, before run()
         key: str,
         value: str,
         label: str,
@@ -103,6 +103,9 @@ class Election:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last_complaint = -COMPLAINT_INTERVAL_S
         self.campaigns = 0
+        # Times this instance won the key: a caller that saw it lead once can tell a lease lost
+        # and won back between two of its looks (a stalled process) from one that held.
+        self.wins = 0
         from replicator.metrics import metrics
 
         m, ids = metrics(), (key, value, replicator)
@@ -190,6 +193,7 @@ class Election:
                 # create): ask again in a second.
                 return CANDIDATE_INTERVAL_S
             self.lease.renewed(sent)
+            self.wins += 1
             log.warning("%s: became the leader (%s)", self.label, self.key)
             self._set(True)
             return self.lease.renew_every

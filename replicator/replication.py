@@ -40,10 +40,10 @@ from replicator.spark.datasource import (
     choose_initial_offset,
     parse_initial_offset,
     read_range_chunks,
-    write_lease,
 )
 from replicator.spark.inflight import InflightRecord
 from replicator.spark.lanes import LaneSink
+from replicator.spark.read_lease import write_lease
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink, bucket_function
 from replicator.spark.session import session_conf
@@ -128,6 +128,7 @@ class StreamReplication:
         self.election: Election | None = None
         self.took_over = False  # leader-elected: this instance's query runs as the leader
         self._election_run: concurrent.futures.Future[None] | None = None
+        self._won = 0  # the election's wins when this instance last took over
         self.log = stream_logger(__name__, self.label)
 
     @property
@@ -406,18 +407,35 @@ class StreamReplication:
 
     def start_election(self) -> None:
         """Campaign for the entry's leader_election_name (replicator.election); the sinks publish
-        only while this instance leads."""
-        if not self.s.leader_election_name or self._source_nc is None or self.sink is None:
+        only while this instance leads. The election has a connection of its own: renewals do
+        not queue behind a read's replies, and it outlives the query's (a sampled entry's
+        query stops while it stands by, a clean stop resigns after the query has stopped)."""
+        if not self.s.leader_election_name or self.sink is None:
             return
+        s = self.s
         self.election = Election(
-            self._source_nc,
-            election_key(self.s.name, self.s.stream),
-            self.s.leader_election_name,
+            None,
+            election_key(s.name, s.stream),
+            s.leader_election_name,
             self.label,
             replicator=self.cfg.name,
         )
         self.sink.may_publish = self.election.leading
-        self._election_run = self.loop.submit(self.election.run())
+        self._election_run = self.loop.submit(self._campaign(self.election))
+
+    async def _campaign(self, election: Election) -> None:
+        nc = await open_connection(self.s.source_url, self.s.source_tls, name=f"sr-election-{self.s.name}")
+        election.nc = nc
+        try:
+            await election.run()
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.close()
+
+    def leads_as_taken_over(self) -> bool:
+        """Whether the leadership this instance took over still holds, unbroken: False once its
+        lease ended, also when the key was won back since (a stall past the TTL)."""
+        return self.election is None or (self.election.leading() and self.election.wins == self._won)
 
     @property
     def hot_standby(self) -> bool:
@@ -454,6 +472,7 @@ class StreamReplication:
         it. A hot standby's running query starts reading there; a sampled entry's query starts
         from its checkpoint (its senders' state), publishing nothing the target holds."""
         assert self.sink is not None
+        self._won = self.election.wins if self.election is not None else 0
         floor = self.loop.run(self._last_copied(), 30)
         self.sink.floor = max(self.sink.floor, floor)
         self.sink.forget_target_tail()
@@ -463,7 +482,8 @@ class StreamReplication:
             write_lease(str(lease_path(self.cfg, self.s)), self.sink.floor)
 
     def stand_by(self) -> None:
-        """The lease ended: the sinks already refuse to publish; stop reading too."""
+        """The lease ended: the sinks already refuse to publish; stop reading too (the source
+        connection stays: a sampled entry's query starts on it again when it takes over)."""
         if self.hot_standby:
             lease_path(self.cfg, self.s).unlink(missing_ok=True)
         else:
@@ -491,6 +511,12 @@ class StreamReplication:
             self.sampling_sink.close()
         elif self.sink is not None:
             self.sink.close()
+        if self._source_nc is not None:
+            try:
+                self.loop.run(self._source_nc.close(), 5)
+            except Exception as e:
+                self.log.debug("closing source: %s", e)
+            self._source_nc = None
 
     def stop_query(self, grace: float = 10.0) -> None:
         """Stop the query (letting its running batch end within `grace`); the sinks stay."""
@@ -516,9 +542,3 @@ class StreamReplication:
                 self.log.debug("stopping query: %s", e)
             stopping.unlink(missing_ok=True)
             self.query = None
-        if self._source_nc is not None:
-            try:
-                self.loop.run(self._source_nc.close(), 5)
-            except Exception as e:
-                self.log.debug("closing source: %s", e)
-            self._source_nc = None

@@ -187,12 +187,15 @@ class Runner:
         """Start or stop copying a leader-elected entry as its election goes; True when it is
         not for _supervise to look at now. A hot standby's query runs (and is kept running by
         _supervise) while it stands by; a sampled entry's query runs only while it leads."""
+        if r.took_over and not r.leads_as_taken_over():
+            # The lease ended, or ended and was won back since the last look (the process
+            # stalled past the TTL): what the query read or planned meanwhile is not trusted;
+            # a takeover starts again from the target's copy (replicator.spark.read_lease).
+            self._retries.pop(r.label, None)
+            r.stand_by()
+            r.took_over = False
+            r.log.info("standing by")
         if not r.leading():
-            if r.took_over:
-                self._retries.pop(r.label, None)
-                r.stand_by()
-                r.took_over = False
-                r.log.info("standing by")
             if r.hot_standby and (r.label in self._retries or r.query is None or not r.query.isActive):
                 return False  # its idle query failed or waits to be retried
             if r.hot_standby and not r.warmed():

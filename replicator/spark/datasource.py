@@ -38,6 +38,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from replicator.options import ReaderOptions
+from replicator.spark.read_lease import ReadLease, batch_begin, batch_read_range, read_lease
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -167,7 +168,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if self.o.stop_file and os.path.exists(self.o.stop_file):
             return start  # stopping: the batch that ran is the last
-        after = 0
+        lease: ReadLease | None = None
         if self.o.lease_file:
             lease = read_lease(self.o.lease_file)
             if lease is None:
@@ -179,10 +180,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
                     return {**start, "warm": int(start.get("warm", 0)) + 1}
                 time.sleep(STANDBY_POLL_S)  # a standby: Spark asks again at once otherwise
                 return start
-            after = lease
-        # A new leader's query may stand where it stopped long ago: it skips what the target
-        # holds (partitions() reads from `after` + 1 too).
-        begin = max(int(start["seq"]), after + 1)
+        # A leader's first batch begins where the target's copy ends, wherever the checkpoint
+        # stands (replicator.spark.read_lease); later ones where the last one ended.
+        begin = int(start["seq"]) if lease is None else batch_begin(lease, start)
         if isinstance(limit, ReadMaxRows):
             cap = limit.max_rows
         elif isinstance(limit, ReadAllAvailable):
@@ -222,8 +222,12 @@ class NatsJetStreamReader(DataSourceStreamReader):
             return start
         if not self.o.sampling:
             # "from": where this batch starts, kept in Spark's offset log with its end so the
-            # driver can read a small batch itself (replicator.spark.small_batches).
-            return {"seq": end, "from": begin}
+            # driver can read a small batch itself (replicator.spark.small_batches); "term":
+            # the lease it was planned under, the only one it may read under.
+            offset: dict[str, Any] = {"seq": end, "from": begin}
+            if lease is not None:
+                offset["term"] = lease.term
+            return offset
         return self._with_clock(start, max(begin, end), caught_up=end > last)
 
     def _with_clock(self, start: dict, end: int, caught_up: bool) -> dict:
@@ -249,7 +253,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return {"seq": self._stream_end}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        rng = batch_read_range(self.o, int(start["seq"]), int(end["seq"]))
+        rng = batch_read_range(
+            self.o.lease_file, int(end.get("from", start["seq"])), int(end["seq"]), end.get("term")
+        )
         if rng is None:
             if end.get("warm", 0) != start.get("warm", 0):
                 return [
@@ -289,35 +295,6 @@ class NatsJetStreamReader(DataSourceStreamReader):
             self._loop.stop()
         self._nc = None
         self._loop = None
-
-
-def batch_read_range(o: ReaderOptions, first: int, end: int) -> tuple[int, int] | None:
-    """The sequences [first, end) a batch between these offsets reads, or None for a standby
-    (reading nothing until it leads): a leader continues after its lease."""
-    if o.lease_file:
-        after = read_lease(o.lease_file)
-        if after is None:
-            return None
-        first = max(first, after + 1)
-    return first, end
-
-
-def read_lease(path: str) -> int | None:
-    """The source sequence a leader's reading continues after, or None while standing by."""
-    try:
-        with open(path) as f:
-            return int(json.load(f)["after"])
-    except FileNotFoundError:
-        return None
-
-
-def write_lease(path: str, after: int) -> None:
-    """Become the reading leader after source sequence `after` (atomically: the planner reads
-    the file from another process)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"after": after}, f)
-    os.replace(tmp, path)
 
 
 async def choose_initial_offset(nc: Any, o: ReaderOptions) -> dict:

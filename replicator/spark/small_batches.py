@@ -30,7 +30,8 @@ from replicator.aio import LoopThread
 from replicator.nats.readers import REQUEST_TIMEOUT_S, ReadInterrupted, read_chunks
 from replicator.options import ReaderOptions
 from replicator.spark.checkpoint import CheckpointFiles
-from replicator.spark.datasource import batch_read_range, split_range
+from replicator.spark.datasource import split_range
+from replicator.spark.read_lease import batch_read_range
 from replicator.spark.rows import ARROW_SCHEMA, to_record_batch
 
 log = logging.getLogger(__name__)
@@ -39,10 +40,11 @@ log = logging.getLogger(__name__)
 KEEP_ROWS_OF = 16
 
 
-def batch_offsets(checkpoint: CheckpointFiles, batch_id: int) -> tuple[int, int] | None:
-    """(first, end) sequences of a copy batch from the checkpoint's offset log, or None when its
-    entry is missing or does not name its start. The entry is Spark's: a version line, a line
-    of batch metadata, then one offset per source (this query has one)."""
+def batch_offsets(checkpoint: CheckpointFiles, batch_id: int) -> tuple[int, int, str | None] | None:
+    """(first, end) sequences of a copy batch from the checkpoint's offset log, and the read
+    lease's term it was planned under (replicator.spark.read_lease), or None when its entry is
+    missing or does not name its start. The entry is Spark's: a version line, a line of batch
+    metadata, then one offset per source (this query has one)."""
     try:
         text = checkpoint.read_text(f"offsets/{batch_id}")
     except Exception:  # unreadable just now (a remote store's hiccup): Spark reads the batch
@@ -57,9 +59,10 @@ def batch_offsets(checkpoint: CheckpointFiles, batch_id: int) -> tuple[int, int]
     if not isinstance(offset, dict):
         return None
     first, end = offset.get("from"), offset.get("seq")
-    if not isinstance(first, int) or not isinstance(end, int):
+    term = offset.get("term")
+    if not isinstance(first, int) or not isinstance(end, int) or not isinstance(term, str | None):
         return None
-    return first, end
+    return first, end, term
 
 
 class SmallBatchReader:
@@ -89,9 +92,10 @@ class SmallBatchReader:
         offsets = batch_offsets(self.checkpoint, batch_id)
         if offsets is None:
             return None
-        rng = batch_read_range(self.o, *offsets)
+        rng = batch_read_range(self.o.lease_file, *offsets)
         if rng is None:
-            table = ARROW_SCHEMA.empty_table()  # a standby reads nothing (as its Spark tasks would)
+            # Not under the lease it was planned under: nothing (as its Spark tasks would read).
+            table = ARROW_SCHEMA.empty_table()
         elif rng[1] - rng[0] > self.max_messages:
             return None
         elif not self.nc.is_connected:

@@ -15,10 +15,9 @@ from replicator.spark.datasource import (
     BatchRamp,
     NatsJetStreamReader,
     parse_initial_offset,
-    read_lease,
     split_range,
-    write_lease,
 )
+from replicator.spark.read_lease import batch_read_range, read_lease, write_lease
 
 
 def test_batches_start_small_and_double_with_every_full_batch_up_to_the_cap() -> None:
@@ -68,10 +67,10 @@ def test_a_replayed_first_batch_starts_where_it_first_started() -> None:
 def test_a_standby_reads_nothing_until_a_lease_says_where_the_target_ends(tmp_path: Path) -> None:
     lease = str(tmp_path / "leading.json")
     assert read_lease(lease) is None  # standing by
-    write_lease(lease, 41_999)
-    assert read_lease(lease) == 41_999
-    write_lease(lease, 50_000)  # taken over again, later: replaced whole
-    assert read_lease(lease) == 50_000
+    first = write_lease(lease, 41_999)
+    assert read_lease(lease) == first and first.after == 41_999
+    second = write_lease(lease, 50_000)  # taken over again, later: replaced whole, a new term
+    assert read_lease(lease) == second and second.after == 50_000 and second.term != first.term
     assert sorted(p.name for p in tmp_path.iterdir()) == ["leading.json"]
 
 
@@ -113,3 +112,50 @@ def test_a_known_backlog_is_read_without_asking_the_stream_for_each_batch() -> N
     # At the start; within a batch of the end; caught up (nothing new). Not for batches 2, 3.
     assert len(asked) == 3
     assert reader.reportLatestOffset() == {"seq": 35_001} and len(asked) == 3  # what it last found
+
+
+def _reader_of_a_stream_ending_at(last_seq: int, lease: str) -> NatsJetStreamReader:
+    reader = NatsJetStreamReader(ReaderOptions(url="nats://127.0.0.1:1", stream="REG", lease_file=lease))
+    reader._warmed = True
+    reader._info = lambda: SimpleNamespace(state=SimpleNamespace(last_seq=last_seq))  # type: ignore[method-assign]
+    return reader
+
+
+def test_a_range_planned_as_leader_and_read_after_the_lease_ended_is_read_again_after_a_takeover(
+    tmp_path: Path,
+) -> None:
+    """The leader stalls past the election's TTL between planning a batch and reading it (or is
+    killed and restarted): the batch reads nothing and Spark commits it. Winning the key back,
+    the first batch begins where the target's copy ends, not where the checkpoint stands, so
+    that range is read and published after all (issue 28, hole 1)."""
+    lease = str(tmp_path / "leading.json")
+    reader = _reader_of_a_stream_ending_at(1_017, lease)
+    limit = reader.getDefaultReadLimit()
+    first_term = write_lease(lease, 1_000)  # leading; the target's copy ends at 1,000
+    batch = reader.latestOffset({"seq": 1_001}, limit)
+    assert batch == {"seq": 1_018, "from": 1_001, "term": first_term.term}
+    assert batch_read_range(lease, 1_001, 1_018, batch["term"]) == (1_001, 1_018)
+
+    Path(lease).unlink()  # the lease ended before the batch was read: it reads nothing
+    assert batch_read_range(lease, 1_001, 1_018, batch["term"]) is None
+    assert reader.partitions({"seq": 1_001}, batch) == []
+    second_term = write_lease(lease, 1_000)  # won back; the target still ends at 1,000
+    assert batch_read_range(lease, 1_001, 1_018, batch["term"]) is None  # nor under the new term
+    # Spark committed the empty batch; the next one begins after the target's copy again.
+    again = reader.latestOffset(batch, limit)
+    assert again == {"seq": 1_018, "from": 1_001, "term": second_term.term}
+    parts = reader.partitions(batch, again)
+    assert [(p.start, p.end) for p in parts] == [(1_001, 1_018)]  # type: ignore[attr-defined]
+    # Later batches of the term continue where the last one ended.
+    reader._info = lambda: SimpleNamespace(state=SimpleNamespace(last_seq=1_030))  # type: ignore[method-assign]
+    assert reader.latestOffset(again, limit) == {"seq": 1_031, "from": 1_018, "term": second_term.term}
+
+
+def test_a_takeover_skips_what_another_leader_copied_meanwhile(tmp_path: Path) -> None:
+    lease = str(tmp_path / "leading.json")
+    reader = _reader_of_a_stream_ending_at(5_000, lease)
+    term = write_lease(lease, 4_200)  # the other instance copied up to 4,200
+    nxt = reader.latestOffset(
+        {"seq": 1_001, "from": 900, "term": "an old term"}, reader.getDefaultReadLimit()
+    )
+    assert nxt == {"seq": 5_001, "from": 4_201, "term": term.term}

@@ -1,0 +1,150 @@
+"""The election's lease under the faults that break leases in production: a process that stalls
+past the bucket's TTL and wins the key back, a kill -9 and a fast restart, a clean stop. Each
+ends with the target holding every source message once, in order (issue 28, holes 1-3)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import nats
+import pytest
+from helpers import create_stream, run, start_replicator, wait_for, write_config
+
+from harness.localnats import NatsCluster
+from harness.streams import copy_differences, read_all
+from harness.streams import count_messages as count
+
+from .test_election import create_bucket, entry
+from .test_faults import LivePublisher, _create_source, source, target  # noqa: F401 (fixtures)
+from .test_sampling import SUBJECTS, sampling_stream
+
+pytestmark = pytest.mark.integration
+
+TTL_S = 3.0
+
+
+def test_a_leader_that_stalls_past_the_ttl_and_wins_the_key_back_loses_nothing(
+    source: NatsCluster,  # noqa: F811
+    target: NatsCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """One leader-elected instance, alone: frozen (SIGSTOP) for longer than the TTL, four times,
+    while the fleet publishes; each time its lease ends, the key expires and it wins the key
+    back. Then kill -9 and a restart. What it planned or read as the leader before a stall is
+    read again after it, from where the target's copy ends: nothing is lost (before the fix, a
+    batch read after the lease ended was committed empty, and the takeover continued after it)."""
+    src, dst = source.url, target.url
+    run(_create_source(src))
+    run(create_bucket(src, TTL_S))
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry(src, dst, "host-a")])
+    rep = start_replicator(cfg)
+    try:
+        with LivePublisher(src, rate=300):
+            wait_for(lambda: run(count(dst, "REG")) >= 300, 120, "the first copies", rep)
+            for stall in range(4):
+                rep.stall(TTL_S + 2 + stall * 0.7)
+                wins = stall + 2
+
+                def won_back(wins: int = wins) -> bool:
+                    return rep.output(10**9).count("became the leader") >= wins
+
+                wait_for(won_back, 60, "the key won back", rep)
+                before = run(count(dst, "REG"))
+                wait_for(lambda: run(count(dst, "REG")) > before + 100, 60, "copies again", rep)  # noqa: B023
+            rep.kill9()
+            rep = start_replicator(cfg)
+            wait_for(lambda: "became the leader" in rep.output(), 120, "the restarted instance leading", rep)
+            time.sleep(2)
+        wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), 120, "the copy to catch up", rep)
+        assert run(copy_differences(src, "REG", dst, "REG")) == []  # no gap, nothing twice, in order
+    finally:
+        assert rep.stop() == 0, rep.output()
+
+
+def test_a_sampled_leader_that_lost_its_lease_campaigns_again_and_copies_on(
+    source: NatsCluster,  # noqa: F811
+    target: NatsCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A sampled entry stands by when its lease ends (its query stops); its election must go
+    on campaigning on a connection of its own, so it leads again and copies a new sender's
+    first registration (before the fix, standing by closed the connection the election used:
+    every later campaign failed while /readyz said ready)."""
+    src, dst = source.url, target.url
+    run(create_stream(src, "REG", SUBJECTS))
+    run(create_stream(src, "ADV", ["choria.adv.>"]))
+    run(create_bucket(src, TTL_S))
+    cfg = write_config(
+        tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst, leader_election_name="host-a")]
+    )
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: "became the leader" in rep.output(), 120, "leading", rep)
+        rep.wait_ready(180)
+        run(_publish_sender(src, "before.example.net"))
+        wait_for(lambda: "before.example.net" in run(_senders(dst)), 120, "the first sender's copy", rep)
+        rep.stall(TTL_S + 3)
+        wait_for(lambda: "standing by" in rep.output(10**9), 60, "standing by", rep)
+        wait_for(lambda: rep.output(10**9).count("became the leader") >= 2, 60, "the key won back", rep)
+        run(_publish_sender(src, "after.example.net"))
+        wait_for(lambda: "after.example.net" in run(_senders(dst)), 120, "the new sender's copy", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert "Event loop is closed" not in rep.output(10**9) and "ConnectionClosed" not in rep.output(10**9)
+
+
+def test_a_clean_stop_hands_the_key_over_before_it_could_expire(
+    source: NatsCluster,  # noqa: F811
+    target: NatsCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """SIGTERM of the leader: it finishes its batch, then deletes the key, so the standby leads
+    at once rather than after the TTL. With a TTL of 120 s, the standby leading within it can
+    only be the handover (a's delete of the key)."""
+    src, dst = source.url, target.url
+    run(_create_source(src))
+    run(create_bucket(src, 120))
+    procs = []
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        write_config(tmp_path / side / "sr.yaml", "dc1", [entry(src, dst, f"host-{side}")])
+    try:
+        with LivePublisher(src, rate=200):
+            a = start_replicator(tmp_path / "a" / "sr.yaml")
+            procs.append(a)
+            wait_for(lambda: run(count(dst, "REG")) >= 200, 120, "a's copies", a)
+            b = start_replicator(tmp_path / "b" / "sr.yaml")
+            procs.append(b)
+            b.wait_ready(180)
+            stopped = time.monotonic()
+            assert a.stop() == 0, a.output()
+            wait_for(lambda: "became the leader" in b.output(), 60, "b leading after a's stop", b)
+            took = time.monotonic() - stopped
+            assert took < 120, "b led only once the key expired: a did not hand it over"
+            assert "gave up the leadership" in a.output(10**9), a.output()
+            print(f"\nclean stop to the standby leading: {took:.1f} s")
+            before = run(count(dst, "REG"))
+            wait_for(lambda: run(count(dst, "REG")) > before + 100, 60, "b's copies", b)
+        wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), 120, "the copy to catch up", b)
+        assert run(copy_differences(src, "REG", dst, "REG")) == []
+        assert b.stop() == 0, b.output()
+    finally:
+        for p in procs:
+            p.kill9()
+
+
+async def _publish_sender(url: str, sender: str) -> None:
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().publish(
+            "choria.stream.input.registration.x", json.dumps({"sender": sender, "pad": "x" * 500}).encode()
+        )
+    finally:
+        await nc.close()
+
+
+async def _senders(url: str) -> set[str]:
+    return {json.loads(m.data)["sender"] for m in await read_all(url, "REG")}
+
