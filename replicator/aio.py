@@ -23,8 +23,14 @@ class LoopThread:
         self.loop.run_forever()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run `coro` on the loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        """Run `coro` on the loop and wait for its result; past `timeout` it is cancelled (not
+        left running: a connection attempt would otherwise connect later, an orphan)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Start `coro` on the loop; its future completes when it does."""

@@ -162,7 +162,7 @@ class StreamReplication:
                 s.target_subject_remove,
                 create=not s.no_target_create,
             )
-            floor = await find_last_copied(target, s.target_stream, s.stream, self.cfg.name, s.name)
+            floor = await find_last_copied(target, s.target_stream, s.stream, self.copy_owner, s.name)
         finally:
             await target.close()
         if floor and floor > info.state.last_seq:
@@ -192,7 +192,8 @@ class StreamReplication:
                 source_stream=s.stream,
                 replicator=self.cfg.name,
                 config_name=s.name,
-                stream_identity=f"{self.cfg.name}.{s.name}.{s.stream}.{created}",
+                stream_identity=self.copy_identity(created),
+                elected=bool(s.leader_election_name),
                 subject_prefix=s.target_subject_prefix,
                 subject_remove=s.target_subject_remove,
                 max_age_seconds=s.max_age.total_seconds() if s.max_age else None,
@@ -222,6 +223,21 @@ class StreamReplication:
                 filter_subject=s.filter_subject,
             )
         return True
+
+    @property
+    def copy_owner(self) -> str | None:
+        """Whose copies in the target are this entry's (SinkSettings.copy_owner): a leader-elected
+        entry is its election's, whatever each instance's top-level name."""
+        return None if self.s.leader_election_name else self.cfg.name
+
+    def copy_identity(self, created: int) -> str:
+        """What each copy's Nats-Msg-Id is made of, with its source sequence: the same from
+        whichever instance of an election publishes it, so the target drops a copy published
+        twice across a failover."""
+        s = self.s
+        if s.leader_election_name:
+            return f"{election_key(s.name, s.stream)}.{created}"
+        return f"{self.cfg.name}.{s.name}.{s.stream}.{created}"
 
     def sampling_params(self) -> SamplingParams:
         s = self.s
@@ -493,7 +509,9 @@ class StreamReplication:
         s = self.s
         target = await open_connection(s.target_url, s.target_tls, name=f"sr-target-setup-{s.name}")
         try:
-            return int(await find_last_copied(target, s.target_stream, s.stream, self.cfg.name, s.name) or 0)
+            return int(
+                await find_last_copied(target, s.target_stream, s.stream, self.copy_owner, s.name) or 0
+            )
         finally:
             await target.close()
 

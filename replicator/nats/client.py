@@ -15,6 +15,7 @@ while copying, profiled with py-spy).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from nats import errors
@@ -25,8 +26,29 @@ from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, P
 
 from replicator.nats import wire
 
+log = logging.getLogger(__name__)
+
 # Called with (subject, reply, payload, raw header block or None) of each message.
 RawHandler = Callable[[bytes, bytes, bytes, bytes | None], None]
+
+
+def _deliver(
+    handler: RawHandler, subject: bytes, reply: bytes, payload: bytes, headers: bytes | None
+) -> None:
+    """Hand a message to its raw handler. A handler that fails (a reply it cannot read) loses
+    that message only: raised into the parser, it would end nats-py's read loop, and the
+    connection would hear nothing until its pings ran out."""
+    try:
+        handler(subject, reply, payload, headers)
+    except Exception:
+        _handler_failed(subject)
+
+
+def _handler_failed(subject: bytes) -> None:
+    log.exception(
+        "a raw subscription's handler failed on a message to %s; it is dropped",
+        subject.decode(errors="replace"),
+    )
 
 
 class RawFirstParser(Parser):
@@ -90,7 +112,10 @@ class RawFirstParser(Parser):
                 payload = bytes(view[start + header_size : end])
                 stats["in_msgs"] += 1
                 stats["in_bytes"] += len(payload)
-                handler(parts[1], reply, payload, headers)
+                try:
+                    handler(parts[1], reply, payload, headers)
+                except Exception:  # see _deliver
+                    _handler_failed(parts[1])
                 pos = end + 2
         return pos, False
 
@@ -148,4 +173,4 @@ class ReplicatorClient(Client):
             return
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
-        handler(subject, reply, data, headers)
+        _deliver(handler, subject, reply, data, headers)

@@ -138,14 +138,23 @@ async def open_connection(
     opts.setdefault("disconnected_cb", _disconnected_cb)
     connecting = asyncio.ensure_future(nc.connect(**opts))
     waiters: set[asyncio.Future[Any]] = {connecting, refused}
-    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # The caller gave up waiting: no client may connect after it (an orphan).
+        await _abandon(nc, connecting)
+        raise
     if not connecting.done():
-        connecting.cancel()
-        with contextlib.suppress(BaseException):
-            await connecting
-        with contextlib.suppress(Exception):
-            await nc.close()
+        await _abandon(nc, connecting)
         e = refused.result()
         raise ConnectError(f"cannot connect to {where}: {e}: {permanent_reason(e)}")
     connecting.result()
     return nc
+
+
+async def _abandon(nc: ReplicatorClient, connecting: asyncio.Future[Any]) -> None:
+    connecting.cancel()
+    with contextlib.suppress(BaseException):
+        await connecting
+    with contextlib.suppress(Exception):
+        await nc.close()

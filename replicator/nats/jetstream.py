@@ -206,13 +206,14 @@ async def find_last_copied(
     target: ReplicatorClient,
     target_stream: str,
     source_stream: str,
-    replicator: str,
+    replicator: str | None,
     config_name: str,
     scan_limit: int = 10_000,
 ) -> int:
     """The highest source sequence this replicator already copied into the target, from the
     `Choria-SR-Source` headers at the target's tail; 0 when none is found within `scan_limit`
-    messages (a target shared with other replicators interleaves their copies)."""
+    messages (a target shared with other replicators interleaves their copies). `replicator`
+    None: whichever replicator made the copy (the instances of one election)."""
     info = await stream_info(target, target_stream)
     if info is None or info.state.messages == 0:
         return 0
@@ -233,7 +234,7 @@ async def find_last_copied(
             if (
                 mark
                 and mark.stream == source_stream
-                and mark.replicator == replicator
+                and replicator in (None, mark.replicator)
                 and mark.config_name == config_name
             ):
                 return mark.sequence

@@ -24,6 +24,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from nats.aio.subscription import Subscription
+
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.wire import status_code
 
@@ -115,6 +117,7 @@ class PipelinedPublisher:
         # landing again after a fault, for the runner's backoff.
         self.landed = 0
         self._inbox = ""
+        self._subscription: Subscription | None = None
         self._batch: _Batch | None = None
         self._generation = 0  # in every reply subject: a late ack of an earlier batch is ignored
 
@@ -130,7 +133,14 @@ class PipelinedPublisher:
             if batch is not None and generation == batch.generation and int(index) < batch.sent:
                 batch.on_ack(int(index), data, status_code(raw_headers))  # an ack has no headers
 
-        await self.nc.raw_subscribe(f"{self._inbox}.*.*", on_ack)
+        self._subscription = await self.nc.raw_subscribe(f"{self._inbox}.*.*", on_ack)
+
+    async def close(self) -> None:
+        """Unsubscribe its acks' inbox (the connection stays; a publisher dropped after a failed
+        batch would otherwise leave one subscription behind per failure)."""
+        sub, self._subscription = self._subscription, None
+        if sub is not None and not self.nc.is_closed:
+            await self.nc.raw_unsubscribe(sub)
 
     async def publish(
         self, messages: Iterable[tuple[str, bytes, bytes]], timeout: float, ack_every: int = 1

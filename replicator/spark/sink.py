@@ -11,6 +11,7 @@ sequence already in the target is published again.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from replicator.headers import (
     EXPECTED_LAST_MSG_ID_HEADER,
     MSG_ID_HEADER,
     SOURCE_HEADER,
+    SourceMark,
     format_source_header,
     is_copied,
     message_id,
@@ -84,6 +86,15 @@ class SinkSettings:
     ack_timeout: float = 30.0
     # Chain copies with Nats-Expected-Last-Msg-Id (the config's chain_copies).
     chain: bool = True
+    # A leader-elected entry's copies are its election's, whichever instance made them: each
+    # instance may have its own top-level name (a fleet that templates it from the host name).
+    elected: bool = False
+
+    def owns(self, mark: SourceMark | None) -> bool:
+        """Whether a copy with this Choria-SR-Source mark is one of this entry's."""
+        if mark is None or (mark.stream, mark.config_name) != (self.source_stream, self.config_name):
+            return False
+        return self.elected or mark.replicator == self.replicator
 
 
 _COPY_LINES = b"%s" + SOURCE_HEADER.encode() + b": %s\r\n" + MSG_ID_HEADER.encode() + b": %s\r\n"
@@ -153,10 +164,12 @@ class OrderedSink:
         """Copies the target stored since this sink started, failed batches included."""
         return self._landed_before + (self._publisher.landed if self._publisher else 0)
 
-    def _drop_publisher(self) -> None:
-        if self._publisher is not None:
-            self._landed_before += self._publisher.landed
-        self._publisher = None
+    async def _drop_publisher(self) -> None:
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            self._landed_before += publisher.landed
+            with contextlib.suppress(Exception):  # a connection being lost: its subscriptions go with it
+                await publisher.close()
 
     async def target_answers(self) -> bool:
         """Whether the target stream can be looked up now (connecting if need be)."""
@@ -285,10 +298,10 @@ class OrderedSink:
         except PublishError:
             # The next attempt reads the target's limits and tail again: the operator may have
             # changed the stream meanwhile.
-            self._drop_publisher()
+            await self._drop_publisher()
             raise
         except Exception as e:
-            self._drop_publisher()
+            await self._drop_publisher()
             raise PublishError(
                 f"publishing to target stream {self.settings.target_stream} failed: {e!r}; the batch will be retried"
             ) from e
@@ -299,7 +312,7 @@ class OrderedSink:
         nc = await self._conn()
         s = self.settings
         if self._publisher is None or self._publisher.nc is not nc:
-            self._drop_publisher()
+            await self._drop_publisher()
             self._publisher = PipelinedPublisher(nc, s.target_stream, s.max_pending)
             self._last_id = None
             self._limits = await target_limits(nc, s.target_stream)
@@ -426,11 +439,7 @@ class OrderedSink:
         if last is None:
             return "", True
         mark = parse_source_header(first_value(last.headers, SOURCE_HEADER))
-        ours = mark is not None and (mark.stream, mark.replicator, mark.config_name) == (
-            s.source_stream,
-            s.replicator,
-            s.config_name,
-        )
+        ours = s.owns(mark)
         if mark is not None and ours:
             self.floor = max(self.floor, mark.sequence)
         return first_value(last.headers, MSG_ID_HEADER) or "", ours

@@ -15,6 +15,8 @@ from helpers import create_stream, run, start_replicator, wait_for, write_config
 from harness.localnats import NatsCluster
 from harness.streams import copy_differences, read_all
 from harness.streams import count_messages as count
+from replicator.headers import SOURCE_HEADER, parse_source_header
+from replicator.nats.wire import first_value
 
 from .test_election import create_bucket, entry
 from .test_faults import LivePublisher, _create_source, source, target  # noqa: F401 (fixtures)
@@ -148,3 +150,47 @@ async def _publish_sender(url: str, sender: str) -> None:
 async def _senders(url: str) -> set[str]:
     return {json.loads(m.data)["sender"] for m in await read_all(url, "REG")}
 
+
+def test_instances_named_per_host_continue_each_others_copies(
+    source: NatsCluster,  # noqa: F811
+    target: NatsCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A fleet templates the top-level `name` from the host name: two instances of one elected
+    entry (`name: nodes`) are called dc1-host-a and dc1-host-b. After a kill -9 of the leader
+    the standby continues after the leader's last copy (before the fix it found no copy of its
+    own and copied the whole stream again: 25,848 duplicates of 28,298 in one run)."""
+    src, dst = source.url, target.url
+    run(_create_source(src))
+    run(create_bucket(src, TTL_S))
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        write_config(
+            tmp_path / side / "sr.yaml",
+            f"dc1-host-{side}",
+            [{**entry(src, dst, f"host-{side}"), "name": "nodes"}],
+        )
+    procs = []
+    try:
+        with LivePublisher(src, rate=300):
+            a = start_replicator(tmp_path / "a" / "sr.yaml")
+            procs.append(a)
+            wait_for(lambda: run(count(dst, "REG")) >= 1000, 120, "a's copies", a)
+            b = start_replicator(tmp_path / "b" / "sr.yaml")
+            procs.append(b)
+            b.wait_ready(180)
+            a.kill9()
+            wait_for(lambda: "became the leader" in b.output(), 60, "b leading", b)
+            before = run(count(dst, "REG"))
+            wait_for(lambda: run(count(dst, "REG")) > before + 300, 60, "b's copies", b)
+        wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), 120, "the copy to catch up", b)
+        assert run(copy_differences(src, "REG", dst, "REG")) == []  # nothing copied twice
+        makers = {
+            parse_source_header(first_value(m.headers, SOURCE_HEADER)).replicator
+            for m in run(read_all(dst, "REG"))
+        }  # type: ignore[union-attr]
+        assert makers == {"dc1-host-a", "dc1-host-b"}  # each header names the instance that copied
+        assert b.stop() == 0, b.output()
+    finally:
+        for p in procs:
+            p.kill9()

@@ -86,3 +86,22 @@ def test_a_refusal_mid_batch_leaves_no_copy_after_a_gap(
         sink.close()
     got = copied_source_sequences(nats_server.url, "T")
     assert got == list(range(1, n + 1)), sorted(set(range(1, n + 1)) - set(got))
+
+
+def test_batches_refused_again_and_again_leave_no_subscription_behind(
+    nats_server: NatsCluster, loop: LoopThread
+) -> None:
+    """Each failed batch drops its publisher; its acks' inbox goes with it (issue 28, hole 9:
+    a sink retrying a refusal for hours gathered one subscription per retry)."""
+    run(create_stream(nats_server.url, "T", ["t.>"]))  # no rollups allowed: every try is refused
+    sink = _sink(nats_server.url, loop, "T", chain=True)
+    try:
+        subscriptions = []
+        for _ in range(5):
+            with pytest.raises(PublishError, match="rollup"):
+                sink.publish_table(_batch(20, 10))
+            assert sink._nc is not None
+            subscriptions.append(len(sink._nc._subs))  # nats-py's request inbox, and no more
+        assert subscriptions == [1] * 5
+    finally:
+        sink.close()

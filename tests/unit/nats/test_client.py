@@ -160,3 +160,22 @@ def test_a_malformed_raw_message_is_a_protocol_error() -> None:
     nc = _Recorder(raw=True)
     with pytest.raises(ProtocolError):  # nats-py would misread what follows; this stops
         asyncio.run(RawFirstParser(nc).parse(b"MSG a 1 3\r\nabcd\r\n"))  # type: ignore[arg-type]
+
+
+def test_a_raw_handler_that_fails_loses_its_message_only() -> None:
+    """A reply the handler cannot read (a non-JSON ack, say) must not end the read loop: the
+    connection would hear nothing more until its pings ran out (issue 28, hole 9)."""
+    from replicator.nats.client import RawFirstParser
+
+    nc = _Recorder(raw=True)
+    got: list[bytes] = []
+
+    def fussy(subject: bytes, _reply: bytes, data: bytes, _headers: Any) -> None:
+        if data == b"not json":
+            raise ValueError("cannot read it")
+        got.append(data)
+
+    nc._raw_handlers = {1: fussy}
+    wire_bytes = _message(1, "a.b", "", b"", b"not json") + _message(1, "a.b", "", b"", b"{}")
+    asyncio.run(RawFirstParser(nc).parse(wire_bytes))  # type: ignore[arg-type]
+    assert got == [b"{}"]
