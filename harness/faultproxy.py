@@ -1,6 +1,6 @@
 """A fault-injecting TCP proxy for tests and scenarios: put it between the replicator and a NATS
-server, then add latency, cap bandwidth, cut the link, or make it half-open (connections stay
-up but nothing passes, as when a peer vanishes without closing). The kernel here has no netem,
+server, then add latency, cap bandwidth, cut the link, make it half-open (connections stay
+up but nothing passes, as when a peer vanishes without closing) or stall it (nothing is read). The kernel here has no netem,
 so faults are made in user space, on loopback.
 
 It runs its own event loop on a thread, so synchronous tests drive it directly:
@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import socket
+import struct
+import termios
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,6 +39,7 @@ class _Link:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # Set while the link is half-open: bytes are read and dropped, nothing is closed.
     dead: bool = False
+    client_reader: asyncio.StreamReader | None = None
 
     def close(self) -> None:
         for w in (self.client, self.upstream):
@@ -45,8 +50,17 @@ class _Link:
 
 
 class FaultProxy:
-    def __init__(self, upstream_port: int, upstream_host: str = "127.0.0.1", listen_port: int = 0) -> None:
+    def __init__(
+        self,
+        upstream_port: int,
+        upstream_host: str = "127.0.0.1",
+        listen_port: int = 0,
+        receive_buffer: int = 0,
+    ) -> None:
         self.upstream = (upstream_host, upstream_port)
+        # The kernel's receive buffer of each accepted connection (0: the kernel's own, several
+        # MB on loopback): how much a stalled link holds in flight.
+        self.receive_buffer = receive_buffer
         self.port = listen_port or free_port()
         # Added to every chunk in each direction, seconds.
         self.latency = 0.0
@@ -54,6 +68,7 @@ class FaultProxy:
         self.bandwidth = 0
         self._cut = False
         self._half_open = False
+        self._stalled = False
         self._links: set[_Link] = set()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -109,9 +124,33 @@ class FaultProxy:
 
         self._call(_mark)
 
+    def unread_bytes(self) -> int:
+        """Bytes the clients sent that wait, unread, in this proxy's receive buffers: in flight
+        in the network, as a stalled link holds them."""
+
+        async def count() -> int:
+            total = 0
+            for link in self._links:
+                if link.client_reader is not None:  # read from the socket, not yet forwarded
+                    total += len(link.client_reader._buffer)  # type: ignore[attr-defined]
+                sock = link.client.get_extra_info("socket")
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        buf = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+                        total += struct.unpack("i", buf)[0]
+            return total
+
+        return asyncio.run_coroutine_threadsafe(count(), self._loop).result(10)
+
+    def stall(self) -> None:
+        """Nothing is read from either side until `restore()`: a peer that froze (a stopped
+        VM, a full receive window). The senders' buffers fill and their writes wait."""
+        self._stalled = True
+
     def restore(self) -> None:
         self._cut = False
         self._half_open = False
+        self._stalled = False
 
     def _call(self, fn: object) -> None:
         async def run() -> None:
@@ -128,6 +167,9 @@ class FaultProxy:
 
     async def _listen(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+        if self.receive_buffer:
+            for sock in self._server.sockets:  # accepted connections inherit it
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -139,7 +181,7 @@ class FaultProxy:
         except OSError:
             writer.transport.abort()  # the server is down: so is the link
             return
-        link = _Link(writer, up_writer, dead=self._half_open)
+        link = _Link(writer, up_writer, dead=self._half_open, client_reader=reader)
         self._links.add(link)
         link.tasks = [
             asyncio.create_task(self._pump(reader, up_writer, link)),
@@ -169,6 +211,8 @@ class FaultProxy:
         sender = asyncio.create_task(deliver())
         try:
             while True:
+                while self._stalled:
+                    await asyncio.sleep(0.05)
                 data = await src.read(_CHUNK)
                 if not data:
                     break

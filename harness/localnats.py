@@ -128,6 +128,13 @@ class NatsServer:
             tail = self.log_file.read_text(errors="replace")[-1500:]
             raise RuntimeError(f"{e}; its log ({self.log_file}):\n{tail}") from None
 
+    def kill9(self) -> None:
+        """SIGKILL: the server dies without leaving its cluster's groups cleanly."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()

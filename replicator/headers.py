@@ -55,3 +55,25 @@ def message_id(stream_identity: str, seq: int) -> str:
     """Deterministic Nats-Msg-Id: a replayed copy of the same source message gets the same id,
     so the target's duplicate window drops it."""
     return f"{stream_identity}:{seq}"
+
+
+@dataclass(frozen=True, slots=True)
+class CopyOwner:
+    """Which copies in a target are a stream entry's own: those whose Choria-SR-Source names
+    its source stream and config name, and this replicator. A leader-elected entry's instances
+    may each have their own top-level name (a fleet that templates it from the host name): its
+    copies are also those whose Nats-Msg-Id carries its identity (`elected_identity`: the
+    election key and the source stream's creation, the same from every instance, and another
+    source cluster's fleet with the same entry name has another)."""
+
+    source_stream: str
+    replicator: str
+    config_name: str
+    elected_identity: str = ""
+
+    def owns(self, mark: SourceMark | None, msg_id: str | None) -> bool:
+        if mark is None or (mark.stream, mark.config_name) != (self.source_stream, self.config_name):
+            return False
+        if mark.replicator == self.replicator:
+            return True
+        return bool(self.elected_identity) and (msg_id or "").startswith(f"{self.elected_identity}:")

@@ -20,13 +20,15 @@ import pyarrow as pa
 from replicator.aio import LoopThread
 from replicator.config import Config, StreamConfig
 from replicator.election import Election, election_key
+from replicator.headers import CopyOwner
 from replicator.logs import stream_logger
 from replicator.metrics import metrics
-from replicator.nats.connect import open_connection
+from replicator.nats.connect import ConnectError, open_connection
 from replicator.nats.jetstream import (
     as_start_time,
     ensure_target_stream,
     find_last_copied,
+    go_source_initiated_consumer,
     last_sequence,
     stream_info,
     wait_for_stream,
@@ -53,6 +55,10 @@ from replicator.spark.small_batches import SmallBatchReader
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+
+# An election whose connection was refused for good (say, credentials revoked) asks again this often.
+ELECTION_RECONNECT_S = 30.0
 
 
 def entry_name(s: StreamConfig) -> str:
@@ -152,6 +158,15 @@ class StreamReplication:
         if info is None:
             return False
         self._source_direct = bool(info.config.allow_direct)
+        if s.leader_election_name:
+            go = await go_source_initiated_consumer(self._source_nc, s.stream, s.name)
+            if go is not None:
+                self.log.warning(
+                    "the source stream has consumer %s, kept by the Go stream-replicator in its source-initiated "
+                    "mode: a Go instance in this election that takes over copies again everything copied since "
+                    "it last led; run it with target_initiated: true (or delete the consumer once it is gone)",
+                    go,
+                )
         target = await open_connection(s.target_url, s.target_tls, name=f"sr-target-setup-{s.name}")
         try:
             await ensure_target_stream(
@@ -162,7 +177,7 @@ class StreamReplication:
                 s.target_subject_remove,
                 create=not s.no_target_create,
             )
-            floor = await find_last_copied(target, s.target_stream, s.stream, self.copy_owner, s.name)
+            floor = await find_last_copied(target, s.target_stream, self.copy_owner(info)) or 0
         finally:
             await target.close()
         if floor and floor > info.state.last_seq:
@@ -180,7 +195,6 @@ class StreamReplication:
             floor = 0
         if floor:
             self.log.info("target already holds source sequences up to %d; resuming after it", floor)
-        created = int(info.created.timestamp()) if info.created else 0
         self._start_time = as_start_time(s.start_time, s.start_delta, datetime.now(UTC))
         # start_at_end means the end as the replicator starts, not when Spark first plans the
         # query (seconds later): messages published in between are copied.
@@ -192,7 +206,7 @@ class StreamReplication:
                 source_stream=s.stream,
                 replicator=self.cfg.name,
                 config_name=s.name,
-                stream_identity=self.copy_identity(created),
+                stream_identity=self.copy_owner(info).elected_identity or self._copy_identity(info),
                 elected=bool(s.leader_election_name),
                 subject_prefix=s.target_subject_prefix,
                 subject_remove=s.target_subject_remove,
@@ -224,19 +238,23 @@ class StreamReplication:
             )
         return True
 
-    @property
-    def copy_owner(self) -> str | None:
-        """Whose copies in the target are this entry's (SinkSettings.copy_owner): a leader-elected
-        entry is its election's, whatever each instance's top-level name."""
-        return None if self.s.leader_election_name else self.cfg.name
-
-    def copy_identity(self, created: int) -> str:
-        """What each copy's Nats-Msg-Id is made of, with its source sequence: the same from
-        whichever instance of an election publishes it, so the target drops a copy published
-        twice across a failover."""
+    def copy_owner(self, info: Any) -> CopyOwner:
+        """Which copies in the target are this entry's (headers.CopyOwner), given the source
+        stream's info: a leader-elected entry's are also its other instances', whatever their
+        top-level names, by an identity in their Nats-Msg-Id made of the election key and the
+        source stream's creation (in microseconds: another source cluster's stream of the same
+        name and entry has another)."""
         s = self.s
+        elected = ""
         if s.leader_election_name:
-            return f"{election_key(s.name, s.stream)}.{created}"
+            created_us = int(info.created.timestamp() * 1_000_000) if info.created else 0
+            elected = f"{election_key(s.name, s.stream)}.{created_us}"
+        return CopyOwner(s.stream, self.cfg.name, s.name, elected)
+
+    def _copy_identity(self, info: Any) -> str:
+        """What each copy's Nats-Msg-Id is made of, with its source sequence (not elected)."""
+        s = self.s
+        created = int(info.created.timestamp()) if info.created else 0
         return f"{self.cfg.name}.{s.name}.{s.stream}.{created}"
 
     def sampling_params(self) -> SamplingParams:
@@ -275,6 +293,11 @@ class StreamReplication:
         assert self.sink is not None, "prepare() first"
         try:
             self.sink.wait_published(self.sink.settings.ack_timeout)  # a publish still running settles first
+        except TimeoutError:
+            # Still publishing: what it left in flight is not known yet (tried again later).
+            raise RuntimeError(
+                f"the batch in flight is still being published after {self.sink.settings.ack_timeout:.0f} s"
+            ) from None
         except Exception as e:
             self.log.info("the batch in flight failed (%s); publishing it again", e)
         record = self.sink.inflight
@@ -440,7 +463,15 @@ class StreamReplication:
         self._election_run = self.loop.submit(self._campaign(self.election))
 
     async def _campaign(self, election: Election) -> None:
-        nc = await open_connection(self.s.source_url, self.s.source_tls, name=f"sr-election-{self.s.name}")
+        while True:
+            try:
+                nc = await open_connection(
+                    self.s.source_url, self.s.source_tls, name=f"sr-election-{self.s.name}"
+                )
+                break
+            except ConnectError as e:  # refused for good (credentials revoked since the start)
+                self.log.error("leader election: %s; trying again in %.0f s", e, ELECTION_RECONNECT_S)
+                await asyncio.sleep(ELECTION_RECONNECT_S)
         election.nc = nc
         try:
             await election.run()
@@ -489,13 +520,20 @@ class StreamReplication:
         from its checkpoint (its senders' state), publishing nothing the target holds."""
         assert self.sink is not None
         self._won = self.election.wins if self.election is not None else 0
-        floor = self.loop.run(self._last_copied(), 30)
-        self.sink.floor = max(self.sink.floor, floor)
+        found = self.loop.run(self._last_copied(), 30)
+        self.sink.floor = max(self.sink.floor, found or 0)
         self.sink.forget_target_tail()
-        self.log.info("taking over after source sequence %d, the target's last copy", self.sink.floor)
+        if found is None and not self.sink.floor:
+            self.log.warning(
+                "taking over: no copy of this entry among the target's last messages (other writers?); "
+                "continuing from the checkpoint"
+            )
+        else:
+            self.log.info("taking over after source sequence %d, the target's last copy", self.sink.floor)
         if self.hot_standby:
             self.catch_up()  # what this instance left in flight when it last led, if the target lacks it
-            write_lease(str(lease_path(self.cfg, self.s)), self.sink.floor)
+            after = self.sink.floor if found is not None or self.sink.floor else None
+            write_lease(str(lease_path(self.cfg, self.s)), after)
 
     def stand_by(self) -> None:
         """The lease ended: the sinks already refuse to publish; stop reading too (the source
@@ -505,13 +543,13 @@ class StreamReplication:
         else:
             self.stop_query(grace=0.5)
 
-    async def _last_copied(self) -> int:
+    async def _last_copied(self) -> int | None:
+        """The target's last copy of this entry (find_last_copied: None when not found)."""
         s = self.s
         target = await open_connection(s.target_url, s.target_tls, name=f"sr-target-setup-{s.name}")
         try:
-            return int(
-                await find_last_copied(target, s.target_stream, s.stream, self.copy_owner, s.name) or 0
-            )
+            assert self.sink is not None
+            return await find_last_copied(target, s.target_stream, self.sink.settings.owner)
         finally:
             await target.close()
 

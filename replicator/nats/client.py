@@ -1,9 +1,10 @@
 """The replicator's NATS client: nats-py's, plus raw subscriptions and pre-encoded publishes.
 
 This is the one place that depends on nats-py's internals (`_process_msg`, `_send_command`,
-`_flush_queue`, `_max_payload`); nats-py is pinned to
-2.16.x and tests/unit/nats/test_client.py checks what goes over the wire against nats-py's own
-publish.
+`_flush_queue`, `_max_payload`, and for a reconnect `_attempt_reconnect`, `_pending` and
+`_transport`); nats-py is pinned to 2.16.x. tests/unit/nats/test_client.py checks what goes
+over the wire against nats-py's own publish; tests/integration/nats/test_reconnect.py that
+nothing unsent crosses a reconnect.
 
 A raw subscription hands each message's wire bytes to a plain function, skipping the header
 dict, `Msg`, queue and callback task nats-py makes per message (over half the cost of reading a
@@ -15,7 +16,10 @@ while copying, profiled with py-spy).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import struct
 from collections.abc import Callable
 
 from nats import errors
@@ -35,9 +39,10 @@ RawHandler = Callable[[bytes, bytes, bytes, bytes | None], None]
 def _deliver(
     handler: RawHandler, subject: bytes, reply: bytes, payload: bytes, headers: bytes | None
 ) -> None:
-    """Hand a message to its raw handler. A handler that fails (a reply it cannot read) loses
-    that message only: raised into the parser, it would end nats-py's read loop, and the
-    connection would hear nothing until its pings ran out."""
+    """Hand a message to its raw handler. A handler that fails loses that message only: raised
+    into the parser, it would end nats-py's read loop, and the connection would hear nothing
+    until its pings ran out. So each handler decides what a message it cannot read means (a
+    reader fails its read, never leaving a gap; a publisher's lost ack times its batch out)."""
     try:
         handler(subject, reply, payload, headers)
     except Exception:
@@ -128,6 +133,31 @@ class ReplicatorClient(Client):
         # Times the connection was lost (counted by open_connection's disconnected callback):
         # a publisher waiting for acks gives up at once when it moves.
         self.disconnects = 0
+
+    async def _attempt_reconnect(self) -> None:
+        # What the lost connection had not sent must never reach a server after what a new
+        # connection sends: nats-py would write its pending buffer on the new connection,
+        # after whatever the old socket lost (later copies stored before earlier ones that a
+        # retry publishes again), and closing the old socket still delivers its buffered
+        # bytes if the link comes back. So the buffer is dropped and the socket reset; every
+        # publisher sees the disconnect and publishes again what was not acknowledged.
+        self.discard_unsent()
+        await super()._attempt_reconnect()
+
+    def discard_unsent(self) -> None:
+        """Drop everything not yet sent (the pending buffer, the socket's buffers: the socket is
+        reset) and let the connection be made again. For a reconnect, and for a fence: a leader
+        whose lease ended sends nothing more, whatever its connection had queued."""
+        self._pending = []
+        self._pending_data_size = 0
+        writer = getattr(self._transport, "_io_writer", None)
+        if writer is None:
+            return
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # SO_LINGER 0: close with a reset, dropping the send buffer
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
 
     async def raw_subscribe(self, subject: str, handler: RawHandler) -> Subscription:
         sub = await self.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)

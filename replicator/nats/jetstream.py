@@ -16,7 +16,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import StreamConfig, StreamInfo
 from nats.js.errors import APIError, NotFoundError
 
-from replicator.headers import SOURCE_HEADER, parse_source_header
+from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, CopyOwner, parse_source_header
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.readers import DirectReader, RawMessage, read_chunks
 from replicator.nats.wire import first_value
@@ -30,6 +30,18 @@ async def stream_info(nc: Client, stream: str) -> StreamInfo | None:
         return await nc.jetstream().stream_info(stream)
     except NotFoundError:
         return None
+
+
+async def go_source_initiated_consumer(nc: Client, stream: str, entry_name: str) -> str | None:
+    """The durable consumer the Go original's source-initiated copier keeps on the source for a
+    stream entry (`SR_<entry name>`), if it exists: a Go instance in that mode is, or was, in
+    this entry's election, and resumes from it rather than from the target's last copy."""
+    name = entry_name if "SR_".startswith(entry_name) else f"SR_{entry_name}"
+    try:
+        await nc.jetstream().consumer_info(stream, name)
+    except (APIError, NatsTimeoutError, NoRespondersError):  # not there, or not ours to look at
+        return None
+    return name
 
 
 async def wait_for_stream(
@@ -203,17 +215,11 @@ async def ensure_target_stream(
 
 
 async def find_last_copied(
-    target: ReplicatorClient,
-    target_stream: str,
-    source_stream: str,
-    replicator: str | None,
-    config_name: str,
-    scan_limit: int = 10_000,
-) -> int:
-    """The highest source sequence this replicator already copied into the target, from the
-    `Choria-SR-Source` headers at the target's tail; 0 when none is found within `scan_limit`
-    messages (a target shared with other replicators interleaves their copies). `replicator`
-    None: whichever replicator made the copy (the instances of one election)."""
+    target: ReplicatorClient, target_stream: str, owner: CopyOwner, scan_limit: int = 10_000
+) -> int | None:
+    """The highest source sequence `owner` already copied into the target, from the copies at
+    its tail (CopyOwner.owns): 0 when the target holds nothing, None when none of the last
+    `scan_limit` messages is the owner's (a target shared with other writers)."""
     info = await stream_info(target, target_stream)
     if info is None or info.state.messages == 0:
         return 0
@@ -231,15 +237,10 @@ async def find_last_copied(
         ]
         for m in reversed(msgs):
             mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
-            if (
-                mark
-                and mark.stream == source_stream
-                and replicator in (None, mark.replicator)
-                and mark.config_name == config_name
-            ):
+            if mark is not None and owner.owns(mark, first_value(m.headers, MSG_ID_HEADER)):
                 return mark.sequence
         hi = lo - 1
-    return 0
+    return None
 
 
 def as_start_time(

@@ -29,6 +29,12 @@ class ReadInterrupted(ConnectionError):
     """The connection was lost while a request's replies were coming: they are lost with it."""
 
 
+class RangeNotHeld(ReadInterrupted):
+    """The servers answering now do not hold the whole range yet (a stream leader just elected
+    and still applying its log, a replica catching up): the range is read again later, never
+    taken as ending early."""
+
+
 async def await_replies(nc: ReplicatorClient, done: asyncio.Future[None], timeout: float, what: str) -> None:
     """Wait for `done` (a request's replies all in). A connection lost or re-established
     meanwhile fails at once (ReadInterrupted) rather than after `timeout`: a reply sent while it
@@ -92,7 +98,7 @@ class DirectReader:
                 return
             try:
                 seq, subject, ts_ns, headers = wire.parse_direct_reply(block or b"")
-            except wire.WireError as e:
+            except Exception as e:  # any reply it cannot read fails the read: never a gap
                 done.set_exception(e)
                 return
             out.append(RawMessage(seq, subject, ts_ns, headers, data))
@@ -108,40 +114,73 @@ class DirectReader:
         return out
 
     async def leader_get(self, seq: int) -> RawMessage | None:
-        """The first message at or after seq (matching the filter) from the stream leader."""
-        req: dict[str, object] = {"seq": seq}
-        if self.filter_subject:
-            req["next_by_subj"] = self.filter_subject
-        resp = await self.nc.request(
-            f"$JS.API.STREAM.MSG.GET.{self.stream}", json.dumps(req).encode(), timeout=10
-        )
-        body = json.loads(resp.data)
-        if "error" in body:
-            if body["error"].get("code") == 404:
-                return None
-            raise APIError.from_error(body["error"])
-        m = body["message"]
-        block = base64.b64decode(m["hdrs"]) if m.get("hdrs") else b""
-        return RawMessage(
-            seq=int(m["seq"]),
-            subject=m["subject"],
-            ts_ns=rfc3339_to_ns(m["time"]),
-            headers=wire.parse_headers(block) or None,
-            data=base64.b64decode(m.get("data") or ""),
-        )
+        """Message `seq` from the stream leader, or with a filter the first matching one at or
+        after it; None when there is none."""
+        return await leader_message(self.nc, self.stream, seq, self.filter_subject)
 
     async def chunks(self, start: int, end: int) -> AsyncIterator[list[RawMessage]]:
         seq = start
         while seq < end:
             msgs = [m for m in await self.batch(seq, min(self.chunk_messages, end - seq)) if m.seq < end]
             if not msgs:
-                # Nothing from the replica that answered: ask the leader, which is authoritative.
-                m = await self.leader_get(seq)
-                if m is None or m.seq >= end:
+                # Nothing from the replica that answered (behind, or all gone): the leader says.
+                m = await next_in_range(self.nc, self.stream, self.filter_subject, seq, end)
+                if m is None:
                     return
                 msgs = [m]
             yield msgs
             seq = msgs[-1].seq + 1
+
+
+async def leader_message(
+    nc: ReplicatorClient, stream: str, seq: int, next_by_subject: str = ""
+) -> RawMessage | None:
+    """From the stream leader: message `seq`, or with `next_by_subject` the first message at or
+    after `seq` on a matching subject (`>`: any); None when there is none."""
+    req: dict[str, object] = {"seq": seq}
+    if next_by_subject:
+        req["next_by_subj"] = next_by_subject
+    resp = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps(req).encode(), timeout=10)
+    body = json.loads(resp.data)
+    if "error" in body:
+        if body["error"].get("code") == 404:
+            return None
+        raise APIError.from_error(body["error"])
+    m = body["message"]
+    block = base64.b64decode(m["hdrs"]) if m.get("hdrs") else b""
+    return RawMessage(
+        seq=int(m["seq"]),
+        subject=m["subject"],
+        ts_ns=rfc3339_to_ns(m["time"]),
+        headers=wire.parse_headers(block) or None,
+        data=base64.b64decode(m.get("data") or ""),
+    )
+
+
+async def next_in_range(
+    nc: ReplicatorClient, stream: str, filter_subject: str, seq: int, end: int
+) -> RawMessage | None:
+    """A reader found nothing more from `seq` on, short of `end`: the next message of the range
+    as the stream leader has it, or None once the leader shows the rest of the range is gone
+    (deleted, expired, or not matching the filter). A range is planned from what the stream
+    held; a leader that holds less than that (just elected, still applying its log) raises
+    RangeNotHeld, so the range is read again rather than taken as ending early."""
+    from replicator.nats.jetstream import stream_info
+
+    m = await leader_message(nc, stream, seq, filter_subject or ">")
+    if m is not None:
+        return m if m.seq < end else None  # the rest of the range is gone: the leader has later ones
+    info = await stream_info(nc, stream)
+    last = int(info.state.last_seq) if info is not None else 0
+    if last < end - 1:
+        raise RangeNotHeld(
+            f"stream {stream}: its leader holds sequences up to {last}, short of {end - 1} that this "
+            "read was planned to: read again once it has caught up"
+        )
+    # It holds the whole range and had nothing from seq on (asked once more: the leader may
+    # have changed between the two requests).
+    m = await leader_message(nc, stream, seq, filter_subject or ">")
+    return m if m is not None and m.seq < end else None
 
 
 @dataclass
@@ -195,16 +234,24 @@ class ConsumerReader:
         def on_delivery(subject: bytes, reply: bytes, data: bytes, block: bytes | None) -> None:
             if done.done():
                 return
-            if wire.status_code(block) is not None:
-                # 404/408: nothing (more) within the wait; 409: the consumer went away.
-                done.set_result(None)
+            code = wire.status_code(block)
+            if code is not None:
+                # 404/408: nothing (more) within the wait (the range's end, or a leader away);
+                # 409: the consumer went away (its leader changed, or it was deleted).
+                if code == "409":
+                    done.set_exception(
+                        ReadInterrupted(f"pull from consumer {consumer}: status 409; read again")
+                    )
+                else:
+                    done.set_result(None)
                 return
             try:
                 seq, ts_ns, left = wire.parse_ack_subject(reply.decode())
-            except (wire.WireError, ValueError) as e:
+                message = RawMessage(seq, subject.decode(), ts_ns, wire.parse_headers(block) or None, data)
+            except Exception as e:  # any delivery it cannot read fails the read: never a gap
                 done.set_exception(e)
                 return
-            out.append(RawMessage(seq, subject.decode(), ts_ns, wire.parse_headers(block) or None, data))
+            out.append(message)
             pending[0] = left
             if left == 0 or len(out) >= n:
                 done.set_result(None)
@@ -236,8 +283,18 @@ class ConsumerReader:
                 if in_range:
                     yield in_range
                     seq = in_range[-1].seq + 1
-                if len(in_range) < len(msgs) or not more:
-                    return  # past the range, or nothing more matches in the stream
+                if len(in_range) < len(msgs):
+                    return  # past the range
+                if not more and seq < end:
+                    # Nothing more came (the stream holds no more that match, or an empty pull
+                    # while its leader was away): the leader says which.
+                    m = await next_in_range(self.nc, self.stream, self.filter_subject, seq, end)
+                    if m is None:
+                        return
+                    raise ReadInterrupted(
+                        f"pull from consumer {consumer} of stream {self.stream} ended before sequence "
+                        f"{m.seq}, which the stream holds; read again"
+                    )
         finally:
             await self._delete(consumer)
 

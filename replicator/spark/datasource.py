@@ -151,6 +151,13 @@ class NatsJetStreamReader(DataSourceStreamReader):
         self._mean_bytes = int(info.state.bytes) / messages if messages else 0.0
         return info
 
+    def _configured_start(self) -> int:
+        """The first sequence of the query's first offset (0 when not given): a leader's first
+        batch after a takeover never begins before it."""
+        if not self.o.initial_offset:
+            return 0
+        return int(parse_initial_offset(self.o.initial_offset, "option initial_offset")["seq"])
+
     def _where(self) -> str:
         from replicator.nats.urls import parse_nats_url
 
@@ -182,7 +189,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
                 return start
         # A leader's first batch begins where the target's copy ends, wherever the checkpoint
         # stands (replicator.spark.read_lease); later ones where the last one ended.
-        begin = int(start["seq"]) if lease is None else batch_begin(lease, start)
+        begin = int(start["seq"]) if lease is None else batch_begin(lease, start, self._configured_start())
         if isinstance(limit, ReadMaxRows):
             cap = limit.max_rows
         elif isinstance(limit, ReadAllAvailable):

@@ -8,8 +8,11 @@ batch planned under a lease carries its term in its offset (Spark's offset log),
   planned as the leader and read after the lease ended (the process stalled past the election's
   TTL, or was killed and restarted) reads nothing, so Spark commits its range unpublished;
 - so the first batch planned under a new term starts right after the lease's `after`, wherever
-  the checkpoint stands: every range an earlier term committed without publishing is read again
-  (the target's copy decides, not the checkpoint), and what another instance copied is skipped.
+  the checkpoint stands (but never before the configured start): every range an earlier term
+  committed without publishing is read again (the target's copy decides, not the checkpoint),
+  and what another instance copied is skipped. Where the takeover could not find the entry's
+  last copy in the target (`after` None: a target with other writers, the copy deeper than the
+  scan), reading continues from the checkpoint.
 
 Without the term, the first batch after a takeover continued from the checkpoint when it stood
 past the target's end, and the ranges committed unread were lost (issue 28, hole 1).
@@ -25,8 +28,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ReadLease:
-    after: int  # the target's copy ends at this source sequence: reading continues after it
+    # The target's copy ends at this source sequence: reading continues after it. None: the
+    # takeover did not find where (a target shared with other writers, the entry's last copy
+    # deeper than its scan): reading continues from the checkpoint, as it stands.
+    after: int | None
     term: str  # new at every takeover
+
+    @property
+    def first(self) -> int:
+        """The first sequence this lease lets a batch read (0: any)."""
+        return self.after + 1 if self.after is not None else 0
 
 
 def read_lease(path: str) -> ReadLease | None:
@@ -36,10 +47,11 @@ def read_lease(path: str) -> ReadLease | None:
             doc = json.load(f)
     except FileNotFoundError:
         return None
-    return ReadLease(int(doc["after"]), str(doc.get("term", "")))
+    after = doc.get("after")
+    return ReadLease(int(after) if after is not None else None, str(doc.get("term", "")))
 
 
-def write_lease(path: str, after: int) -> ReadLease:
+def write_lease(path: str, after: int | None) -> ReadLease:
     """Take over: a new term, reading after source sequence `after`. Written atomically: the
     planner reads it from another process."""
     lease = ReadLease(after, uuid.uuid4().hex)
@@ -50,11 +62,14 @@ def write_lease(path: str, after: int) -> ReadLease:
     return lease
 
 
-def batch_begin(lease: ReadLease, start: dict) -> int:
-    """Where the next batch planned under `lease` begins, after the batch that ended at `start`."""
-    if start.get("term") != lease.term:
-        return lease.after + 1  # the first batch of this term: where the target's copy ends
-    return max(int(start["seq"]), lease.after + 1)
+def batch_begin(lease: ReadLease, start: dict, configured_start: int = 0) -> int:
+    """Where the next batch planned under `lease` begins, after the batch that ended at `start`;
+    never before the query's configured start (its first offset: start_at_end, start_time,
+    start_sequence)."""
+    if start.get("term") != lease.term and lease.after is not None:
+        # The first batch of this term: where the target's copy ends.
+        return max(lease.after + 1, configured_start)
+    return max(int(start["seq"]), lease.first, configured_start)
 
 
 def batch_read_range(lease_file: str, first: int, end: int, term: str | None) -> tuple[int, int] | None:
@@ -64,5 +79,5 @@ def batch_read_range(lease_file: str, first: int, end: int, term: str | None) ->
         lease = read_lease(lease_file)
         if lease is None or lease.term != term:
             return None
-        first = max(first, lease.after + 1)
+        first = max(first, lease.first)
     return first, end

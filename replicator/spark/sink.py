@@ -10,7 +10,9 @@ sequence already in the target is published again.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import concurrent.futures
 import contextlib
 import logging
 import time
@@ -28,7 +30,7 @@ from replicator.headers import (
     EXPECTED_LAST_MSG_ID_HEADER,
     MSG_ID_HEADER,
     SOURCE_HEADER,
-    SourceMark,
+    CopyOwner,
     format_source_header,
     is_copied,
     message_id,
@@ -86,15 +88,15 @@ class SinkSettings:
     ack_timeout: float = 30.0
     # Chain copies with Nats-Expected-Last-Msg-Id (the config's chain_copies).
     chain: bool = True
-    # A leader-elected entry's copies are its election's, whichever instance made them: each
-    # instance may have its own top-level name (a fleet that templates it from the host name).
+    # A leader-elected entry's copies are its election's, whichever instance made them (each
+    # may have its own top-level name): see headers.CopyOwner.
     elected: bool = False
 
-    def owns(self, mark: SourceMark | None) -> bool:
-        """Whether a copy with this Choria-SR-Source mark is one of this entry's."""
-        if mark is None or (mark.stream, mark.config_name) != (self.source_stream, self.config_name):
-            return False
-        return self.elected or mark.replicator == self.replicator
+    @property
+    def owner(self) -> CopyOwner:
+        """Which copies in the target are this entry's."""
+        identity = self.stream_identity if self.elected else ""
+        return CopyOwner(self.source_stream, self.replicator, self.config_name, identity)
 
 
 _COPY_LINES = b"%s" + SOURCE_HEADER.encode() + b": %s\r\n" + MSG_ID_HEADER.encode() + b": %s\r\n"
@@ -112,6 +114,26 @@ def _ascending(seqs: Any) -> bool:
     if len(seqs) < 2:
         return True
     return bool(pc.all(pc.greater(seqs.slice(1), seqs.slice(0, len(seqs) - 1))).as_py())
+
+
+# While a leader publishes, its lease is looked at this often: once it has ended, whatever the
+# connection has not sent yet is dropped (replicator.nats.client.discard_unsent).
+FENCE_POLL_S = 0.1
+
+
+async def _fence_watch(nc: ReplicatorClient, fence: Callable[[], bool], held: list[str]) -> None:
+    """The lease as a fence: a publish waiting on a slow or stalled target (back-pressure, the
+    client's and the kernel's buffers) must not land once the lease has ended, when another
+    instance may lead. Each copy is checked before it is handed to the connection; this drops
+    what was handed over but not yet sent, within FENCE_POLL_S of the lease's end."""
+    while True:
+        await asyncio.sleep(FENCE_POLL_S)
+        if not fence():
+            held.append(
+                "not the leader any more: the lease ended while publishing; what was not sent was dropped"
+            )
+            nc.discard_unsent()
+            return
 
 
 class OrderedSink:
@@ -223,10 +245,20 @@ class OrderedSink:
             self.inflight.clear()
 
     def wait_published(self, timeout: float | None = None) -> None:
-        """Wait until the batch being published is acknowledged; raise its error if it failed."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
+        """Wait until the batch being published is acknowledged; raise its error if it failed.
+        Past `timeout` it is still being published, and the next batch still waits for it (its
+        in-flight record must not be replaced while it may yet land)."""
+        pending = self._pending
+        if pending is None:
+            return
+        try:
             pending.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise
+        except BaseException:
+            self._pending = None  # its error is reported once; its in-flight record stays
+            raise
+        self._pending = None
 
     def publish_failed(self) -> BaseException | None:
         """The error of a background publish that failed (None while running or fine)."""
@@ -335,7 +367,7 @@ class OrderedSink:
         def messages(start: int, chain: str | None) -> Iterator[tuple[str, bytes, bytes]]:
             prev = chain
             for i in range(start, len(seqs)):
-                if fence is not None and (i - start) % 256 == 0 and not fence():
+                if fence is not None and not fence():
                     held.append(f"not the leader any more (source sequence {seqs[i]} not copied)")
                     return
                 subject, seq, hdr, data = (
@@ -376,11 +408,20 @@ class OrderedSink:
             chain = None if self.shared_target else self._last_id
             self._last_id = None  # unknown until this attempt is settled
             last_id[0] = ""
-            outcome = await publisher.publish(
-                messages(start, chain),
-                s.ack_timeout + (len(seqs) - start) / 1000,
-                ack_every if chain is not None else 1,
-            )
+            watch = asyncio.create_task(_fence_watch(nc, fence, held)) if fence is not None else None
+            try:
+                outcome = await publisher.publish(
+                    messages(start, chain),
+                    s.ack_timeout + (len(seqs) - start) / 1000,
+                    ack_every if chain is not None else 1,
+                )
+            except PublishError:
+                if held:  # the fence cut the connection: say why
+                    raise PublishError(f"{held[0]}; nothing after it is copied") from None
+                raise
+            finally:
+                if watch is not None:
+                    watch.cancel()
             duplicates += outcome.duplicates
             first = outcome.first_failure()
             if first is not None and not outcome.exact:
@@ -439,7 +480,7 @@ class OrderedSink:
         if last is None:
             return "", True
         mark = parse_source_header(first_value(last.headers, SOURCE_HEADER))
-        ours = s.owns(mark)
+        ours = s.owner.owns(mark, first_value(last.headers, MSG_ID_HEADER))
         if mark is not None and ours:
             self.floor = max(self.floor, mark.sequence)
         return first_value(last.headers, MSG_ID_HEADER) or "", ours

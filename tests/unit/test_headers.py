@@ -26,3 +26,22 @@ def test_the_replicators_own_headers_and_the_sources_publish_conditions_are_not_
     assert not is_copied("Choria-SR-Source") and not is_copied("Nats-Msg-Id")
     for name in ("Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-Expected-Last-Msg-Id"):
         assert not is_copied(name)
+
+
+def test_an_elected_entrys_copies_are_its_instances_whatever_their_names_and_no_other_fleets() -> None:
+    from replicator.headers import CopyOwner, SourceMark
+
+    def mark(replicator: str, config: str = "nodes") -> SourceMark:
+        return SourceMark("REG", 7, replicator, config, 0)
+
+    ours = CopyOwner("REG", "dc1-host-b", "nodes", elected_identity="SR_nodes_REG.1795000000123456")
+    # Another instance of the same election (its own top-level name): its Nats-Msg-Id says so.
+    assert ours.owns(mark("dc1-host-a"), "SR_nodes_REG.1795000000123456:7")
+    # A Go instance of the election with our name; and our own copies.
+    assert ours.owns(mark("dc1-host-b"), "whatever-go-writes")
+    # Another source cluster's fleet, same entry name and stream, elected on its own cluster.
+    assert not ours.owns(mark("city2-host-a"), "SR_nodes_REG.1795000000999999:7")
+    assert not ours.owns(mark("dc1-host-a", "other"), "SR_nodes_REG.1795000000123456:7")
+    assert not ours.owns(None, "SR_nodes_REG.1795000000123456:7")
+    unelected = CopyOwner("REG", "dc1", "nodes")
+    assert unelected.owns(mark("dc1"), "") and not unelected.owns(mark("dc1-host-a"), "dc1-host-a.x:7")

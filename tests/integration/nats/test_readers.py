@@ -14,7 +14,7 @@ from nats_servers import NatsCluster
 
 from replicator.nats import wire
 from replicator.nats.connect import open_connection
-from replicator.nats.readers import ConsumerReader, DirectReader, RawMessage, read_chunks
+from replicator.nats.readers import ConsumerReader, DirectReader, RangeNotHeld, RawMessage, read_chunks
 
 pytestmark = pytest.mark.integration
 
@@ -108,3 +108,78 @@ def test_direct_reads_fall_back_to_the_leader_for_what_a_replica_lacks(nats_serv
 
     m = run(leader())
     assert m is not None and (m.seq, m.data, m.headers) == (1, b"1", REPEATED)
+
+
+class _ReplicaHoldingNothing(DirectReader):
+    """A direct reader whose every batched get is answered by a replica that holds nothing from
+    the asked sequence on (behind its leader, or just restarted): the leader must decide."""
+
+    async def batch(self, seq: int, n: int) -> list[RawMessage]:
+        return []
+
+
+async def _delete(url: str, stream: str, seqs: list[int]) -> None:
+    nc = await open_connection(url)
+    try:
+        for seq in seqs:
+            await nc.jetstream().delete_msg(stream, seq)
+    finally:
+        await nc.close()
+
+
+def test_a_deleted_message_where_a_replica_held_nothing_does_not_end_the_range(
+    nats_server: NatsCluster,
+) -> None:
+    """The fallback asked the leader for exactly that sequence: a deleted one (a per-subject
+    limit, max_age, a delete) ended the range there (issue 28, hole 7)."""
+    url = nats_server.url
+    run(create_stream(url, "D", ["d.>"]))
+    run(publish_raw(url, [(f"d.{i}", b"x", []) for i in range(1, 11)]))
+    run(_delete(url, "D", [4, 5, 10]))
+
+    async def read() -> list[int]:
+        nc = await open_connection(url)
+        try:
+            return [m.seq async for c in _ReplicaHoldingNothing(nc, "D").chunks(1, 11) for m in c]
+        finally:
+            await nc.close()
+
+    assert run(read()) == [1, 2, 3, 6, 7, 8, 9]
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-get", "consumer"])
+def test_a_range_the_streams_leader_does_not_hold_yet_is_read_again_not_ended_early(
+    nats_server: NatsCluster, direct: bool
+) -> None:
+    """A range is planned from what the stream held; a leader just elected may hold less while
+    it applies its log. Reading it then must fail (to be read again), never end short and be
+    committed (issue 28, hole 7: whole sub-ranges went missing after a source leader was killed)."""
+    url = nats_server.url
+    run(create_stream(url, "E", ["e.>"], allow_direct=direct))
+    run(publish_raw(url, [(f"e.{i % 3}", b"x", []) for i in range(20)]))
+    with pytest.raises(RangeNotHeld, match="holds sequences up to 20, short of 29"):
+        run(_chunks(url, "E", 11, 30, direct=direct, chunk_messages=4))
+
+
+def test_the_go_originals_source_initiated_consumer_is_found(nats_server: NatsCluster) -> None:
+    """An elected entry warns when a source-initiated Go instance (its durable `SR_<entry>`
+    on the source) may take over from it and copy again what ours copied (issue 28, hole 11)."""
+    from nats.js.api import ConsumerConfig
+
+    from replicator.nats.jetstream import go_source_initiated_consumer
+
+    url = nats_server.url
+    run(create_stream(url, "G", ["g.>"]))
+
+    async def found() -> tuple[str | None, str | None]:
+        nc = await open_connection(url)
+        try:
+            before = await go_source_initiated_consumer(nc, "G", "nodes")
+            await nc.jetstream().add_consumer(
+                "G", ConsumerConfig(durable_name="SR_nodes", ack_policy="explicit")
+            )
+            return before, await go_source_initiated_consumer(nc, "G", "nodes")
+        finally:
+            await nc.close()
+
+    assert run(found()) == (None, "SR_nodes")

@@ -159,3 +159,36 @@ def test_a_takeover_skips_what_another_leader_copied_meanwhile(tmp_path: Path) -
         {"seq": 1_001, "from": 900, "term": "an old term"}, reader.getDefaultReadLimit()
     )
     assert nxt == {"seq": 5_001, "from": 4_201, "term": term.term}
+
+
+def test_a_takeover_never_begins_before_the_configured_start(tmp_path: Path) -> None:
+    """A new pair with start_at_end (or start_time, start_sequence) and an empty target: the
+    first takeover finds no copy (after 0), and its first batch begins at the query's first
+    offset, not at sequence 1."""
+    lease = str(tmp_path / "leading.json")
+    reader = NatsJetStreamReader(
+        ReaderOptions(url="nats://127.0.0.1:1", stream="REG", lease_file=lease, initial_offset='{"seq": 900}')
+    )
+    reader._warmed = True
+    reader._info = lambda: SimpleNamespace(state=SimpleNamespace(last_seq=1_000))  # type: ignore[method-assign]
+    term = write_lease(lease, 0)
+    assert reader.latestOffset({"seq": 900}, reader.getDefaultReadLimit()) == {
+        "seq": 1_001,
+        "from": 900,
+        "term": term.term,
+    }
+
+
+def test_where_the_takeover_did_not_find_the_targets_copy_reading_continues_from_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """A target with other writers, the entry's last copy deeper than the scan: not found is
+    not "the target holds nothing" (that would copy everything again, past the duplicate
+    window); the checkpoint decides, as before."""
+    lease = str(tmp_path / "leading.json")
+    reader = _reader_of_a_stream_ending_at(5_000, lease)
+    term = write_lease(lease, None)
+    assert read_lease(lease) == term and term.after is None
+    nxt = reader.latestOffset({"seq": 4_001, "from": 3_001, "term": "old"}, reader.getDefaultReadLimit())
+    assert nxt == {"seq": 5_001, "from": 4_001, "term": term.term}
+    assert batch_read_range(lease, 4_001, 5_001, term.term) == (4_001, 5_001)

@@ -1,0 +1,89 @@
+"""The lease is a fence (issue 28, hole 4): once a leader's lease has ended it sends nothing
+more, and drops what it had handed to its connection but not sent while the target's link was
+stalled (back-pressure holds it in the client's and the kernel's buffers). Before the fix, all
+of that was delivered when the link came back, under whoever led by then. What was already in
+the network at the lease's end (here: the stalled link's receive buffer, kept small) can still
+land: the election's guard, a fifth of its TTL, is for that."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from helpers import create_stream, run, wait_for
+from nats_servers import NatsCluster
+
+from harness.faultproxy import FaultProxy
+from harness.streams import count_messages
+from replicator.aio import LoopThread
+from replicator.nats.publisher import PublishError
+from replicator.nats.readers import RawMessage
+from replicator.spark.rows import to_record_batch
+from replicator.spark.sink import OrderedSink, SinkSettings
+
+pytestmark = pytest.mark.integration
+
+IN_FLIGHT_BYTES = 64 * 1024
+
+
+@pytest.fixture
+def loop() -> Iterator[LoopThread]:
+    lt = LoopThread()
+    yield lt
+    lt.stop()
+
+
+@pytest.mark.parametrize("chain", [True, False], ids=["chained", "unchained"])
+def test_no_copy_lands_after_the_lease_ended(nats_server: NatsCluster, loop: LoopThread, chain: bool) -> None:
+    url = nats_server.url
+    run(create_stream(url, "T", ["t.>"]))
+    now = time.time_ns()
+    table = pa.Table.from_batches(
+        [to_record_batch("S", [RawMessage(seq, "t.x", now, None, b"x" * 1000) for seq in range(1, 30_001)])]
+    )
+    with FaultProxy(int(url.rsplit(":", 1)[1]), receive_buffer=IN_FLIGHT_BYTES) as link:
+        settings = SinkSettings(link.url, "T", "S", "dc1", "cfg", "dc1.cfg.S.1", chain=chain)
+        sink = OrderedSink(settings, loop)
+        lease_ends = [float("inf")]
+        sink.may_publish = lambda: time.monotonic() < lease_ends[0]
+        failed: list[BaseException] = []
+
+        def publish() -> None:
+            try:
+                sink.publish_table(table)
+            except PublishError as e:
+                failed.append(e)
+
+        publisher = threading.Thread(target=publish, daemon=True)
+        publisher.start()
+        try:
+            wait_for(lambda: run(count_messages(url, "T")) >= 2000, 60, "the first copies")
+            link.stall()  # the link stops: what is sent waits in buffers
+            settled = [-1]
+
+            def target_settled() -> bool:  # it has stored all that passed before the stall
+                before, settled[0] = settled[0], run(count_messages(url, "T"))
+                time.sleep(0.3)
+                return before == settled[0]
+
+            wait_for(target_settled, 60, "the target to store what passed before the stall")
+            lease_ends[0] = time.monotonic()  # the lease ends with copies still in them
+            in_flight = link.unread_bytes()  # sent, in the network: the fence cannot recall them
+            stored_at_the_end = run(count_messages(url, "T"))
+            time.sleep(1.0)
+            link.restore()
+            publisher.join(60)
+            time.sleep(2.0)
+            landed_after = run(count_messages(url, "T")) - stored_at_the_end
+            # At most what the network held at the lease's end (copies of over 1,000 bytes each).
+            assert landed_after <= in_flight // 1000, (
+                f"{landed_after} copies landed after the lease ended; {in_flight} bytes were in flight then"
+            )
+            assert failed and "not the leader" in str(failed[0]), failed
+        finally:
+            lease_ends[0] = 0.0
+            publisher.join(60)
+            sink.close()
