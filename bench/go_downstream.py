@@ -1,5 +1,5 @@
 """Ours upstream, the Go Choria replicator downstream: copy a stream A -> B with this replicator
-(copies chained with Nats-Expected-Last-Msg-Id), then B -> C with the Go binary in its default
+(copies chained with Nats-Expected-Last-Sequence), then B -> C with the Go binary in its default
 mode, and count what reaches C. Shows whether the headers ours stores break a Go hop after it.
 
     .venv/bin/python -m bench.go_downstream --go-binary PATH [--messages 5000]

@@ -176,7 +176,7 @@ class StreamConfig(_Strict):
     source_choria: ChoriaCredentials = None
     target_choria: ChoriaCredentials = None
     # Extensions of this replicator (not in the Choria format).
-    # Each copy names the one before it (Nats-Expected-Last-Msg-Id): strict order in the target
+    # Each copy names the sequence the one before it got (Nats-Expected-Last-Sequence): strict order in the target
     # even when a publish fails mid-batch. Off for targets others write to (found out anyway).
     chain_copies: bool = True
     # Rows per micro-batch while backlogged (defaults in replicator.options).

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 SOURCE_HEADER = "Choria-SR-Source"
 MSG_ID_HEADER = "Nats-Msg-Id"
-# Set on every copy but the first of a run (`chain_copies`): the Nats-Msg-Id of the copy before
-# it, so the target refuses a copy that would land after a gap (replicator.spark.sink).
+# Set on chained copies (`chain_copies`): the copy before it, by its Nats-Msg-Id (or on a
+# clustered target the sequence it got), so the target refuses a copy that would land after a
+# gap (replicator.spark.sink).
 EXPECTED_LAST_MSG_ID_HEADER = "Nats-Expected-Last-Msg-Id"
+EXPECTED_LAST_SEQUENCE_HEADER = "Nats-Expected-Last-Sequence"
 # Headers that told the source's server how to store a message (Nats-Expected-Stream, -Last-
 # Sequence, -Last-Msg-Id, ...). They were satisfied when it was stored; on a copy they would make
 # the target refuse it, so they are not copied.

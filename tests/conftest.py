@@ -36,3 +36,12 @@ def source_cluster() -> Iterator[NatsCluster]:
     """A 3-node JetStream cluster with routes (a data centre)."""
     with nats_cluster(3, "dc1") as c:
         yield c
+
+
+@pytest.fixture(params=[1, 3], ids=["single-target", "r3-target"])
+def target_of_each_kind(request: pytest.FixtureRequest) -> Iterator[tuple[NatsCluster, int]]:
+    """A target as production runs it either way: one server, or a 3-node cluster whose streams
+    keep 3 replicas (acks come after replication; refusals are made by the stream leader).
+    Yields the cluster and the replicas its streams should have."""
+    with nats_cluster(request.param, "target") as c:
+        yield c, request.param

@@ -118,6 +118,7 @@ class TargetLimits:
     max_msg_size: int | None  # None: the stream sets no limit
     max_payload: int
     subjects: tuple[str, ...]  # empty: not known (a stream with no subjects listens on its name)
+    replicas: int = 1  # the stream's: more than one, a clustered stream
 
     def size_limit(self) -> tuple[int, str]:
         """The smaller limit on a message's size (headers included), and what sets it."""
@@ -130,7 +131,9 @@ async def target_limits(nc: ReplicatorClient, stream: str) -> TargetLimits:
     info = await stream_info(nc, stream)
     cfg = info.config if info is not None else None
     size = cfg.max_msg_size if cfg is not None and cfg.max_msg_size and cfg.max_msg_size > 0 else None
-    return TargetLimits(size, nc.max_payload, tuple(cfg.subjects or ()) if cfg is not None else ())
+    subjects = tuple(cfg.subjects or ()) if cfg is not None else ()
+    replicas = int(cfg.num_replicas or 1) if cfg is not None else 1
+    return TargetLimits(size, nc.max_payload, subjects, replicas)
 
 
 async def last_message(nc: ReplicatorClient, info: StreamInfo) -> RawMessage | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from nats.aio.subscription import Subscription
@@ -143,12 +143,17 @@ class PipelinedPublisher:
             await self.nc.raw_unsubscribe(sub)
 
     async def publish(
-        self, messages: Iterable[tuple[str, bytes, bytes]], timeout: float, ack_every: int = 1
+        self,
+        messages: Iterable[tuple[str, bytes, bytes]],
+        timeout: float,
+        ack_every: int = 1,
+        may_send: Callable[[], bool] | None = None,
     ) -> PublishOutcome:
         """Publish (subject, data, header lines encoded by `wire.encode_header_lines`) in order; returns
         once every one is acknowledged. Raises PublishError if not all were acknowledged within
         `timeout`. With `ack_every` > 1 only every so many messages and the last ask for an ack;
-        only for chained copies (see the module's text)."""
+        only for chained copies (see the module's text). `may_send` (a leader's lease) is asked
+        right before each message goes to the connection; once it says no, nothing more does."""
         await self._ensure_subscribed()
         self._generation += 1
         ack_every = max(1, min(ack_every, self.max_pending // 2))  # room for the next ack to come
@@ -181,6 +186,17 @@ class PipelinedPublisher:
             if batch.sent - batch.acked >= batch.max_pending:
                 batch.room.clear()
                 await wait(batch.room)
+            # Not on a connection other than the one the batch began on: what the old one lost
+            # would land after this (a reconnect while this waited for room or a flush).
+            if self.nc.disconnects != disconnects:
+                raise PublishError(
+                    f"the connection to the target was lost with {batch.sent - batch.acked} of "
+                    f"{batch.sent} publishes to stream {self.stream} unacknowledged"
+                )
+            if may_send is not None and not may_send():
+                raise PublishError(
+                    f"not the leader any more: {batch.sent} publishes to stream {self.stream} sent"
+                )
             # Counted before the await: its ack may be handled while publish() yields.
             index = batch.sent
             batch.sent += 1

@@ -12,7 +12,7 @@ import asyncio
 import base64
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
 from nats.js.errors import APIError
@@ -21,7 +21,7 @@ from replicator.nats import wire
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.timestamps import rfc3339_to_ns
 
-# How long a reader waits for one request's replies before it gives up on the range.
+# How long a reader waits for the next reply of a request before it gives up on the range.
 REQUEST_TIMEOUT_S = 30.0
 
 
@@ -35,17 +35,29 @@ class RangeNotHeld(ReadInterrupted):
     taken as ending early."""
 
 
-async def await_replies(nc: ReplicatorClient, done: asyncio.Future[None], timeout: float, what: str) -> None:
-    """Wait for `done` (a request's replies all in). A connection lost or re-established
+async def await_replies(
+    nc: ReplicatorClient,
+    done: asyncio.Future[None],
+    timeout: float,
+    what: str,
+    progress: Callable[[], int] = lambda: 0,
+) -> None:
+    """Wait for `done` (a request's replies all in), for at most `timeout` without progress
+    (`progress()`, the replies received so far, not moving): a slow link that keeps delivering
+    is waited for, however long the whole answer takes. A connection lost or re-established
     meanwhile fails at once (ReadInterrupted) rather than after `timeout`: a reply sent while it
     was down never arrives."""
     loop = asyncio.get_running_loop()
     reconnects = nc.stats["reconnects"]
     deadline = loop.time() + timeout
+    seen = progress()
     while True:
+        if progress() != seen:
+            seen = progress()
+            deadline = loop.time() + timeout
         left = deadline - loop.time()
         if left <= 0:
-            raise TimeoutError(f"{what}: no complete answer within {timeout:g} s")
+            raise TimeoutError(f"{what}: no reply for {timeout:g} s")
         try:
             await asyncio.wait_for(asyncio.shield(done), min(0.25, left))
             return
@@ -107,7 +119,11 @@ class DirectReader:
         try:
             await self.nc.publish(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(req).encode(), reply=inbox)
             await await_replies(
-                self.nc, done, REQUEST_TIMEOUT_S, f"direct get of stream {self.stream} from {seq}"
+                self.nc,
+                done,
+                REQUEST_TIMEOUT_S,
+                f"direct get of stream {self.stream} from {seq}",
+                out.__len__,
             )
         finally:
             await self.nc.raw_unsubscribe(sub)
@@ -268,6 +284,7 @@ class ConsumerReader:
                 done,
                 self.wait_s + REQUEST_TIMEOUT_S,
                 f"pull from consumer {consumer} of stream {self.stream}",
+                out.__len__,
             )
         finally:
             await self.nc.raw_unsubscribe(sub)

@@ -8,7 +8,7 @@ driver, whose one process is the ceiling of `order: stream`.
 
 A batch cut short (a failed task, a crash) is published again from the checkpoint. Copies
 carry a deterministic Nats-Msg-Id, so the target's duplicate window drops those it stored.
-Lanes publish side by side, so copies are not chained with Nats-Expected-Last-Msg-Id.
+Lanes publish side by side, so copies are not chained with Nats-Expected-Last-Sequence.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from replicator.aio import LoopThread
 from replicator.config import TLSConfig
 from replicator.headers import (
     EXPECTED_LAST_MSG_ID_HEADER,
+    EXPECTED_LAST_SEQUENCE_HEADER,
     MSG_ID_HEADER,
     SOURCE_HEADER,
     CopyOwner,
@@ -48,12 +49,20 @@ from replicator.subjects import rewrite_subject, subjects_matcher
 
 log = logging.getLogger(__name__)
 
-# Strict order when one publish fails mid-pipeline: each copy says which message must be the
-# target's last (the copy before it), so once one is refused or lost the server refuses every
-# later one too, and the target never holds a copy after a gap. The check is on the message id,
-# not the sequence: a refused copy's id never becomes the last, so nothing can line up again.
+# Strict order when one publish fails mid-pipeline: each copy says what the target's last
+# message must be (the copy before it), so once one is refused or lost the server refuses every
+# later one too, and the target never holds a copy after a gap.
+# - On a single server, by message id: a refused copy's id never becomes the last, so nothing
+#   lines up again, even when another writer's messages land in between.
+# - On a clustered stream, by sequence: there the id is checked again when the replicas apply
+#   the copy, and one refused copy was a "critical write error" on every replica that left the
+#   stream without a leader for good (nats-server 2.15; test_sink_order on an R3 target). Its
+#   leader checks the sequence before replicating. A refused copy does not move the sequence,
+#   so another writer's message lines the next copy up again: each copy is acknowledged there,
+#   and a copy stored after a refused one means another writer (see _publish_all).
 EXPECTED_LAST_MSG_ID = EXPECTED_LAST_MSG_ID_HEADER.encode() + b": %s\r\n"
-WRONG_LAST_MSG_ID = 10070  # JetStream's error code when that check fails
+EXPECTED_LAST_SEQUENCE = EXPECTED_LAST_SEQUENCE_HEADER.encode() + b": %d\r\n"
+WRONG_LAST = (10070, 10071)  # JetStream's error codes when those checks fail
 # Chained copies ask for an ack every this many (and the last of a batch): an ack that says
 # stored vouches for the copies before it (replicator.nats.publisher). A failure is then found
 # by the target's tail and the copies after it published again, each acknowledged.
@@ -86,7 +95,7 @@ class SinkSettings:
     tls: TLSConfig | None = None
     max_pending: int = 4000
     ack_timeout: float = 30.0
-    # Chain copies with Nats-Expected-Last-Msg-Id (the config's chain_copies).
+    # Chain copies with Nats-Expected-Last-Sequence (the config's chain_copies).
     chain: bool = True
     # A leader-elected entry's copies are its election's, whichever instance made them (each
     # may have its own top-level name): see headers.CopyOwner.
@@ -164,9 +173,10 @@ class OrderedSink:
         self._limits = TargetLimits(None, 0, ())
         self._covered = subjects_matcher([])
         # Whether others publish to the target too: then copies are not chained (see
-        # EXPECTED_LAST_MSG_ID); found out when a chain breaks on someone else's message.
+        # EXPECTED_LAST_SEQUENCE); found out when a chain breaks on someone else's message.
         self.shared_target = not settings.chain
-        self._last_id: str | None = None  # Nats-Msg-Id of the target's last message; None: ask it
+        # The target's last message (its Nats-Msg-Id and sequence); None: ask it.
+        self._tail: tuple[str, int] | None = None
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
         self.totals = BatchResult()
         self.batches = 0  # handled (published or skipped) since this process started
@@ -270,7 +280,7 @@ class OrderedSink:
     def forget_target_tail(self) -> None:
         """Another instance may have written to the target since this one last published: read
         its tail again (and whether others write to it) before the next publish."""
-        self._last_id = None
+        self._tail = None
         self.shared_target = not self.settings.chain
 
     def leading(self) -> bool:
@@ -346,7 +356,7 @@ class OrderedSink:
         if self._publisher is None or self._publisher.nc is not nc:
             await self._drop_publisher()
             self._publisher = PipelinedPublisher(nc, s.target_stream, s.max_pending)
-            self._last_id = None
+            self._tail = None
             self._limits = await target_limits(nc, s.target_stream)
             self._covered = subjects_matcher(list(self._limits.subjects))
         publisher, limits = self._publisher, self._limits
@@ -360,16 +370,15 @@ class OrderedSink:
         datas = table.column("data").to_pylist()
 
         held: list[str] = []  # why publishing stopped before a row, if it did
-        last_id = [""]  # the Nats-Msg-Id of the last row published in this attempt
 
         fence = self.may_publish
 
-        def messages(start: int, chain: str | None) -> Iterator[tuple[str, bytes, bytes]]:
-            prev = chain
+        by_sequence = limits.replicas > 1  # a clustered target (see EXPECTED_LAST_MSG_ID)
+
+        def messages(start: int, chain: tuple[str, int] | None) -> Iterator[tuple[str, bytes, bytes]]:
+            # chain: the target's last message before this attempt (None: not chained).
+            prev = chain[0] if chain is not None else ""
             for i in range(start, len(seqs)):
-                if fence is not None and not fence():
-                    held.append(f"not the leader any more (source sequence {seqs[i]} not copied)")
-                    return
                 subject, seq, hdr, data = (
                     rewrite_subject(subjects[i], prefix, remove),
                     seqs[i],
@@ -378,7 +387,9 @@ class OrderedSink:
                 )
                 msg_id = message_id(identity, seq)
                 lines = copy_header_lines(s, seq, hdr, ts_ms[i], msg_id)
-                if prev:
+                if chain is not None and by_sequence:
+                    lines += EXPECTED_LAST_SEQUENCE % (chain[1] + i - start)
+                elif prev:
                     lines += EXPECTED_LAST_MSG_ID % prev.encode()
                 size = len(lines) + HEADER_FRAME + len(data)
                 if size > size_limit:
@@ -399,14 +410,17 @@ class OrderedSink:
                     prev = msg_id
                 yield subject, data, lines
 
-        start, duplicates, ack_every = 0, 0, CHAINED_ACK_EVERY
+        last_id = [""]  # the Nats-Msg-Id of the last row published in this attempt
+        # Sparse acks only where a stored copy vouches for those before it (an id chain).
+        start, duplicates, ack_every = 0, 0, 1 if by_sequence else CHAINED_ACK_EVERY
         for _attempt in range(4):
-            if not self.shared_target and self._last_id is None:
-                self._last_id, _ = await self._target_tail(nc)
+            if not self.shared_target and self._tail is None:
+                last_id_now, last_seq_now, _ = await self._target_tail(nc)
+                self._tail = (last_id_now, last_seq_now)
             while start < len(seqs) and seqs[start] <= self.floor:
                 start += 1  # already in the target (its tail said so)
-            chain = None if self.shared_target else self._last_id
-            self._last_id = None  # unknown until this attempt is settled
+            chain = None if self.shared_target else self._tail
+            self._tail = None  # unknown until this attempt is settled
             last_id[0] = ""
             watch = asyncio.create_task(_fence_watch(nc, fence, held)) if fence is not None else None
             try:
@@ -414,6 +428,7 @@ class OrderedSink:
                     messages(start, chain),
                     s.ack_timeout + (len(seqs) - start) / 1000,
                     ack_every if chain is not None else 1,
+                    fence,
                 )
             except PublishError:
                 if held:  # the fence cut the connection: say why
@@ -437,17 +452,24 @@ class OrderedSink:
                 self.floor = max(self.floor, seqs[start + stored - 1])
             if first is None:
                 if chain is not None and last_id[0] and not outcome.duplicates:
-                    self._last_id = last_id[0]
+                    self._tail = (last_id[0], chain[1] + outcome.published)  # each took the next sequence
                 if held:
                     raise PublishError(f"{held[0]}; nothing after it is copied until then")
                 outcome.duplicates = duplicates
                 return outcome
-            if first.code != WRONG_LAST_MSG_ID or chain is None:
+            if first.code not in WRONG_LAST or chain is None:
                 later = "; the messages after it were held back" if chain is not None else ""
                 raise PublishError(
                     f"target stream {s.target_stream} refused source sequence {seqs[start + first.index]}: "
                     f"{first.reason}{later}; the batch will be retried"
                 )
+            if by_sequence and outcome.stored > stored:
+                # A copy after the refused one was stored: another writer's message lined the
+                # sequence up again. Its tail would say our copies end past the refused ones:
+                # they go again unchained after the ones stored (out of order, not lost).
+                self._another_writer()
+                start += stored
+                continue
             # The target's last message was not the one we published before: read its tail.
             await self._tail_after_broken_chain(nc)
             start += stored
@@ -458,32 +480,39 @@ class OrderedSink:
     async def _tail_after_broken_chain(self, nc: ReplicatorClient) -> None:
         """Where our copies in the target end (the floor), after a chained copy was refused;
         a tail that is not our copy means someone else writes there: chaining stops."""
-        self._last_id, ours = await self._target_tail(nc)
+        last_id, last_seq, ours = await self._target_tail(nc)
+        self._tail = (last_id, last_seq)
         if not ours:
-            self.shared_target = True
-            self.log.warning(
-                "target stream %s has another writer: publishing without Nats-Expected-Last-Msg-Id from now "
-                "on, so order rests on the checks made before publishing (see docs/operations.md)",
-                self.settings.target_stream,
-            )
+            self._another_writer()
 
-    async def _target_tail(self, nc: ReplicatorClient) -> tuple[str, bool]:
-        """The Nats-Msg-Id of the target's last message ("" if none) and whether that message is
-        our copy (or the target is empty); the floor moves to the source sequence of our copy."""
+    def _another_writer(self) -> None:
+        self.shared_target = True
+        self._tail = None
+        self.log.warning(
+            "target stream %s has another writer: publishing its copies unchained from now on, so order "
+            "rests on the checks made before publishing (see docs/operations.md)",
+            self.settings.target_stream,
+        )
+
+    async def _target_tail(self, nc: ReplicatorClient) -> tuple[str, int, bool]:
+        """The target's last message (its Nats-Msg-Id, "" if none, and sequence) and whether it
+        is our copy (or the target holds none); the floor moves to the source sequence of our
+        copy."""
         s = self.settings
         info = await stream_info(nc, s.target_stream)
         if info is None:
             raise PublishError(f"target stream {s.target_stream} does not exist (deleted while copying?)")
+        last_seq = int(info.state.last_seq)
         if info.state.messages == 0:
-            return "", True
+            return "", last_seq, True
         last = await last_message(nc, info)
         if last is None:
-            return "", True
+            return "", last_seq, True
         mark = parse_source_header(first_value(last.headers, SOURCE_HEADER))
         ours = s.owner.owns(mark, first_value(last.headers, MSG_ID_HEADER))
         if mark is not None and ours:
             self.floor = max(self.floor, mark.sequence)
-        return first_value(last.headers, MSG_ID_HEADER) or "", ours
+        return first_value(last.headers, MSG_ID_HEADER) or "", last.seq, ours
 
     def account(self, r: BatchResult) -> None:
         """Count a handled batch in the metrics and the totals."""

@@ -183,3 +183,24 @@ def test_the_go_originals_source_initiated_consumer_is_found(nats_server: NatsCl
             await nc.close()
 
     assert run(found()) == (None, "SR_nodes")
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-get", "consumer"])
+def test_a_slow_link_that_keeps_delivering_is_waited_for(
+    nats_server: NatsCluster, direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's replies taking longer in all than the reader's timeout, on a link that keeps
+    delivering, are read to the end: the timeout is for replies that stop coming (issue 28,
+    hole 8: below ~2 MB/s a driver read never finished). Here the timeout is 1.5 s and the
+    answer takes ~5 s at 60 KB/s."""
+    from harness.faultproxy import FaultProxy
+    from replicator.nats import readers
+
+    monkeypatch.setattr(readers, "REQUEST_TIMEOUT_S", 1.5)
+    url = nats_server.url
+    run(create_stream(url, "SLOW", ["s.>"], allow_direct=direct))
+    run(publish_raw(url, [("s.x", b"x" * 1000, []) for _ in range(300)]))
+    with FaultProxy(int(url.rsplit(":", 1)[1])) as link:
+        link.bandwidth = 60_000
+        chunks = run(_chunks(link.url, "SLOW", 1, 301, direct=direct, chunk_messages=300))
+    assert [m.seq for c in chunks for m in c] == list(range(1, 301))

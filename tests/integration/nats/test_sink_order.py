@@ -8,12 +8,14 @@ or after several."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from helpers import copied_source_sequences, create_stream, run
+from helpers import copied_source_sequences, create_stream, run, wait_for
 from nats_servers import NatsCluster
 
 from replicator.aio import LoopThread
@@ -48,6 +50,22 @@ def _sink(url: str, loop: LoopThread, stream: str, chain: bool) -> OrderedSink:
     return OrderedSink(settings, loop)
 
 
+def _wait_for_leader(url: str, stream: str) -> None:
+    """Until the stream answers a publish-ready lookup (a new R3 stream elects its leader first)."""
+
+    async def has_leader() -> bool:
+        nc = await open_connection(url)
+        try:
+            info = await nc.jetstream().stream_info(stream)
+            return info.cluster is None or bool(info.cluster.leader)
+        except Exception:
+            return False
+        finally:
+            await nc.close()
+
+    wait_for(lambda: run(has_leader()), 30, f"stream {stream}'s leader")
+
+
 async def _allow_rollups(url: str, stream: str) -> None:
     nc = await open_connection(url)
     try:
@@ -65,9 +83,14 @@ async def _allow_rollups(url: str, stream: str) -> None:
     ids=["chained", "chained-after-three-acks", "unchained"],
 )
 def test_a_refusal_mid_batch_leaves_no_copy_after_a_gap(
-    nats_server: NatsCluster, loop: LoopThread, chain: bool, n: int, rollup_at: int
+    target_of_each_kind: tuple[NatsCluster, int], loop: LoopThread, chain: bool, n: int, rollup_at: int
 ) -> None:
-    run(create_stream(nats_server.url, "T", ["t.>"]))  # no rollups allowed
+    """On an R3 target too (issue 28, hole 6): there, a copy chained by Nats-Expected-Last-Msg-Id
+    that the stream refused made every replica fail to apply it ("critical write error") and
+    the stream lost its leader for good (nats-server 2.15)."""
+    nats_server, replicas = target_of_each_kind
+    run(create_stream(nats_server.url, "T", ["t.>"], num_replicas=replicas))  # no rollups allowed
+    _wait_for_leader(nats_server.url, "T")
     sink = _sink(nats_server.url, loop, "T", chain)
     try:
         with pytest.raises(PublishError, match=f"refused source sequence {rollup_at}: rollup"):
@@ -105,3 +128,48 @@ def test_batches_refused_again_and_again_leave_no_subscription_behind(
         assert subscriptions == [1] * 5
     finally:
         sink.close()
+
+
+def test_another_writer_in_the_middle_of_batches_costs_no_copy(
+    target_of_each_kind: tuple[NatsCluster, int], loop: LoopThread
+) -> None:
+    """Another writer publishes to the target while batches are copied to it. Every copy lands
+    once, none lost (found by review, issue 28: chained by sequence, a refused copy leaves the
+    sequence where it was, another writer's message lines the next copy up again, and the
+    copies refused in between were lost). On a single server no copy lands after a gap either."""
+    nats_server, replicas = target_of_each_kind
+    url = nats_server.url
+    run(create_stream(url, "T", ["t.>"], num_replicas=replicas))
+    _wait_for_leader(url, "T")
+    stop = threading.Event()
+
+    def other_writer() -> None:
+        async def write() -> None:
+            nc = await open_connection(url, name="test-other-writer")
+            try:
+                while not stop.is_set():
+                    await nc.request("t.other", b"theirs", timeout=5)
+                    await asyncio.sleep(0.003)
+            finally:
+                await nc.close()
+
+        asyncio.run(write())
+
+    writer = threading.Thread(target=other_writer, daemon=True)
+    sink = _sink(url, loop, "T", chain=True)
+    writer.start()
+    try:
+        now = time.time_ns()
+        for first in range(1, 4001, 500):
+            msgs = [
+                RawMessage(seq, f"t.{seq % 5}", now, None, b"x" * 100) for seq in range(first, first + 500)
+            ]
+            sink.publish_table(pa.Table.from_batches([to_record_batch("S", msgs)]))
+    finally:
+        stop.set()
+        writer.join(30)
+        sink.close()
+    got = [seq for seq in copied_source_sequences(url, "T") if seq > 0]  # -1: the other writer's
+    assert sorted(got) == list(range(1, 4001)), f"{len(set(range(1, 4001)) - set(got))} copies lost"
+    if replicas == 1:
+        assert got == sorted(got)

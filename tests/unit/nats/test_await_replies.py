@@ -51,6 +51,6 @@ def test_no_answer_times_out_naming_the_request() -> None:
         await await_replies(_conn(), done, 0.5, "pull from consumer C of stream REG")  # type: ignore[arg-type]
 
     with pytest.raises(
-        TimeoutError, match=r"pull from consumer C of stream REG: no complete answer within 0\.5 s"
+        TimeoutError, match=r"pull from consumer C of stream REG: no reply for 0\.5 s"
     ):
         asyncio.run(main())
