@@ -22,6 +22,7 @@ from typing import IO, Any, Literal
 import nats
 import numpy as np
 from nats.js.api import StreamConfig
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 
 from emulator.fleet import SALT_REQUEST, unit_hash
 from emulator.payload import PayloadFactory
@@ -30,6 +31,16 @@ from emulator.schedule import Publishes, Schedule
 log = logging.getLogger(__name__)
 
 LOG_HEADER = "t,node,size,force,seq\n"
+
+
+# A cluster that has just started may not know all its peers yet: a stream of several replicas
+# is refused with "no suitable peers for placement" (10005), or JetStream is not ready (10008),
+# for a few seconds. Asked again for this long.
+CLUSTER_FORMING_S = 30.0
+
+
+def _cluster_still_forming(e: BaseException) -> bool:
+    return isinstance(e, nats.js.errors.APIError) and e.err_code in (10005, 10008)
 
 
 @dataclass
@@ -148,6 +159,12 @@ class FleetPublisher:
     async def _on_error(self, e: Exception) -> None:
         log.warning("NATS connection: %s", e)
 
+    @retry(
+        retry=retry_if_exception(_cluster_still_forming),
+        wait=wait_fixed(0.5),
+        stop=stop_after_delay(CLUSTER_FORMING_S),
+        reraise=True,
+    )
     async def _ensure_stream(self, js: Any, name: str, replicas: int) -> None:
         try:
             await js.stream_info(name)

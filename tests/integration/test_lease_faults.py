@@ -13,6 +13,7 @@ import pytest
 from helpers import create_stream, run, start_replicator, wait_for, write_config
 
 from harness.localnats import NatsCluster
+from harness.process import ReplicatorProcess
 from harness.streams import copy_differences, read_all
 from harness.streams import count_messages as count
 from replicator.headers import SOURCE_HEADER, parse_source_header
@@ -114,12 +115,7 @@ def test_a_clean_stop_hands_the_key_over_before_it_could_expire(
         write_config(tmp_path / side / "sr.yaml", "dc1", [entry(src, dst, f"host-{side}")])
     try:
         with LivePublisher(src, rate=200):
-            a = start_replicator(tmp_path / "a" / "sr.yaml")
-            procs.append(a)
-            wait_for(lambda: run(count(dst, "REG")) >= 200, 120, "a's copies", a)
-            b = start_replicator(tmp_path / "b" / "sr.yaml")
-            procs.append(b)
-            b.wait_ready(180)
+            a, b = _leader_then_standby(tmp_path, dst, 200, procs)
             stopped = time.monotonic()
             assert a.stop() == 0, a.output()
             wait_for(lambda: "became the leader" in b.output(), 60, "b leading after a's stop", b)
@@ -173,12 +169,7 @@ def test_instances_named_per_host_continue_each_others_copies(
     procs = []
     try:
         with LivePublisher(src, rate=300):
-            a = start_replicator(tmp_path / "a" / "sr.yaml")
-            procs.append(a)
-            wait_for(lambda: run(count(dst, "REG")) >= 1000, 120, "a's copies", a)
-            b = start_replicator(tmp_path / "b" / "sr.yaml")
-            procs.append(b)
-            b.wait_ready(180)
+            a, b = _leader_then_standby(tmp_path, dst, 1000, procs)
             a.kill9()
             wait_for(lambda: "became the leader" in b.output(), 60, "b leading", b)
             before = run(count(dst, "REG"))
@@ -194,3 +185,16 @@ def test_instances_named_per_host_continue_each_others_copies(
     finally:
         for p in procs:
             p.kill9()
+
+
+def _leader_then_standby(
+    tmp_path: Path, dst: str, copies: int, procs: list[ReplicatorProcess]
+) -> tuple[ReplicatorProcess, ReplicatorProcess]:
+    """Starts a (tmp_path/a/sr.yaml) until it has copied `copies`, then its standby b, ready."""
+    a = start_replicator(tmp_path / "a" / "sr.yaml")
+    procs.append(a)
+    wait_for(lambda: run(count(dst, "REG")) >= copies, 120, "a's copies", a)
+    b = start_replicator(tmp_path / "b" / "sr.yaml")
+    procs.append(b)
+    b.wait_ready(180)
+    return a, b

@@ -50,7 +50,5 @@ def test_no_answer_times_out_naming_the_request() -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         await await_replies(_conn(), done, 0.5, "pull from consumer C of stream REG")  # type: ignore[arg-type]
 
-    with pytest.raises(
-        TimeoutError, match=r"pull from consumer C of stream REG: no reply for 0\.5 s"
-    ):
+    with pytest.raises(TimeoutError, match=r"pull from consumer C of stream REG: no reply for 0\.5 s"):
         asyncio.run(main())
