@@ -177,7 +177,8 @@ class StreamReplication:
                 s.target_subject_remove,
                 create=not s.no_target_create,
             )
-            floor = await find_last_copied(target, s.target_stream, self.copy_owner(info)) or 0
+            owner = self.copy_owner(info)
+            floor = await find_last_copied(target, s.target_stream, owner) or 0
         finally:
             await target.close()
         if floor and floor > info.state.last_seq:
@@ -206,7 +207,7 @@ class StreamReplication:
                 source_stream=s.stream,
                 replicator=self.cfg.name,
                 config_name=s.name,
-                stream_identity=self.copy_owner(info).elected_identity or self._copy_identity(info),
+                stream_identity=owner.elected_identity or self._copy_identity(info),
                 elected=bool(s.leader_election_name),
                 subject_prefix=s.target_subject_prefix,
                 subject_remove=s.target_subject_remove,

@@ -415,8 +415,7 @@ class OrderedSink:
         start, duplicates, ack_every = 0, 0, 1 if by_sequence else CHAINED_ACK_EVERY
         for _attempt in range(4):
             if not self.shared_target and self._tail is None:
-                last_id_now, last_seq_now, _ = await self._target_tail(nc)
-                self._tail = (last_id_now, last_seq_now)
+                self._tail, _ = await self._target_tail(nc)
             while start < len(seqs) and seqs[start] <= self.floor:
                 start += 1  # already in the target (its tail said so)
             chain = None if self.shared_target else self._tail
@@ -480,8 +479,7 @@ class OrderedSink:
     async def _tail_after_broken_chain(self, nc: ReplicatorClient) -> None:
         """Where our copies in the target end (the floor), after a chained copy was refused;
         a tail that is not our copy means someone else writes there: chaining stops."""
-        last_id, last_seq, ours = await self._target_tail(nc)
-        self._tail = (last_id, last_seq)
+        self._tail, ours = await self._target_tail(nc)
         if not ours:
             self._another_writer()
 
@@ -494,7 +492,7 @@ class OrderedSink:
             self.settings.target_stream,
         )
 
-    async def _target_tail(self, nc: ReplicatorClient) -> tuple[str, int, bool]:
+    async def _target_tail(self, nc: ReplicatorClient) -> tuple[tuple[str, int], bool]:
         """The target's last message (its Nats-Msg-Id, "" if none, and sequence) and whether it
         is our copy (or the target holds none); the floor moves to the source sequence of our
         copy."""
@@ -504,15 +502,15 @@ class OrderedSink:
             raise PublishError(f"target stream {s.target_stream} does not exist (deleted while copying?)")
         last_seq = int(info.state.last_seq)
         if info.state.messages == 0:
-            return "", last_seq, True
+            return ("", last_seq), True
         last = await last_message(nc, info)
         if last is None:
-            return "", last_seq, True
+            return ("", last_seq), True
         mark = parse_source_header(first_value(last.headers, SOURCE_HEADER))
         ours = s.owner.owns(mark, first_value(last.headers, MSG_ID_HEADER))
         if mark is not None and ours:
             self.floor = max(self.floor, mark.sequence)
-        return first_value(last.headers, MSG_ID_HEADER) or "", last.seq, ours
+        return (first_value(last.headers, MSG_ID_HEADER) or "", last.seq), ours
 
     def account(self, r: BatchResult) -> None:
         """Count a handled batch in the metrics and the totals."""
