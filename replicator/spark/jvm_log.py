@@ -82,10 +82,11 @@ class JvmOutput:
     def _end_traceback(self) -> list[tuple[int, str]]:
         block, self._traceback = self._traceback or [], None
         frames = [x for x in block[1:-1] if x.lstrip().startswith("File ")]
-        if self.quiet and len(block) > 1 and not block[1][:1].isspace():
-            # The header alone, cut short by another line (seen once, in a test run, just before
-            # Spark's record of a failed batch, output of two processes interleaved): it says
-            # nothing; the line after it is classified on its own.
+        if self.quiet and not frames:
+            # A header without a single frame: cut short by another record (seen in test runs
+            # when two streams' batches failed the same second and the output of processes
+            # interleaved; a Java stack's tab-indented lines may follow it), or by the end of
+            # the output. It says nothing; the lines after it are classified on their own.
             return [(logging.DEBUG, block[0]), *[o for x in block[1:] if (o := self.classify(x)) is not None]]
         if (
             self.quiet

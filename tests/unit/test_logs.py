@@ -165,7 +165,7 @@ def test_any_other_python_traceback_is_shown_whole() -> None:
     got = [out for line in block for out in quiet.feed(line)]
     assert got == [(logging.WARNING, line) for line in block]
     cut_short = JvmOutput(quiet=True)
-    assert cut_short.feed(block[0]) == [] and cut_short.flush() == [(logging.WARNING, block[0])]
+    assert cut_short.feed(block[0]) == [] and cut_short.flush() == [(logging.DEBUG, block[0])]
 
 
 def test_a_cancelled_tasks_arrow_leak_check_is_left_to_debug() -> None:
@@ -206,3 +206,19 @@ def test_a_traceback_header_cut_short_by_another_record_is_left_to_debug() -> No
     loud = [o for line in lines for o in shown.feed(line)]
     assert [level for level, _ in loud] == [logging.WARNING, logging.ERROR, logging.WARNING]
     assert loud[0][1] == lines[0]
+
+
+def test_a_traceback_header_followed_by_a_java_stack_is_left_to_debug() -> None:
+    """Two streams' batches failing the same second: one process's lone header, then the tab-
+    indented frames of the other's dropped Java stack, then its next record."""
+    lines = [
+        "2026-11-24 23:26:38,660 ERROR spark.MicroBatchExecution: Query sr_S [id = 8b99] terminated with error",
+        "Traceback (most recent call last):",
+        "\tat org.apache.spark.sql.execution.streaming.sources.ForeachBatchSink.callBatchWriter(ForeachBatchSink.scala:56)",
+        "\tat org.apache.spark.sql.execution.streaming.MicroBatchExecution.runBatch(MicroBatchExecution.scala:900)",
+        "2026-11-24 23:26:38,700 INFO spark.MicroBatchExecution: Starting new streaming query.",
+    ]
+    quiet = JvmOutput(quiet=True)
+    out = [o for line in lines for o in quiet.feed(line)]
+    assert [level for level, _ in out] == [logging.DEBUG, logging.DEBUG, logging.INFO]
+    assert not any("Traceback" in text for level, text in out if level > logging.DEBUG)
