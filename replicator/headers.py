@@ -15,12 +15,17 @@ EXPECTED_LAST_SEQUENCE_HEADER = "Nats-Expected-Last-Sequence"
 # Sequence, -Last-Msg-Id, ...). They were satisfied when it was stored; on a copy they would make
 # the target refuse it, so they are not copied.
 _PUBLISH_CONDITION_PREFIX = "Nats-Expected-"
-_REPLACED = frozenset({SOURCE_HEADER, MSG_ID_HEADER})
+# Set by the server on a message a stream sourced from another: a publish that carries it is
+# refused (code 10227, "message stream source header is not allowed"), so a source stream that
+# sources others could not be copied. Where a copy came from is in its Choria-SR-Source.
+STREAM_SOURCE_HEADER = "Nats-Stream-Source"
+_REPLACED = frozenset({SOURCE_HEADER, MSG_ID_HEADER, STREAM_SOURCE_HEADER})
 
 
 def is_copied(name: str) -> bool:
     """Whether a source message's header goes onto its copy (the replicator sets its own
-    Choria-SR-Source and Nats-Msg-Id, and drops the source's publish conditions)."""
+    Choria-SR-Source and Nats-Msg-Id, and drops the source's publish conditions and the
+    server's record of sourcing)."""
     return name not in _REPLACED and not name.startswith(_PUBLISH_CONDITION_PREFIX)
 
 

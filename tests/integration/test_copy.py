@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
+import nats
 import pytest
 from helpers import (
     create_stream,
@@ -16,6 +17,7 @@ from helpers import (
     wait_for,
     write_config,
 )
+from nats.js.api import StreamConfig, StreamSource
 
 from harness.localnats import free_port
 from harness.scrape import batch_steps
@@ -103,6 +105,44 @@ def test_full_copy_with_subject_rewrite_and_headers(
         assert first_value(m.headers, "X-Origin") == hdr["X-Origin"]
         assert (first_value(m.headers, MSG_ID_HEADER) or "").endswith(f":{mk.sequence}")
         assert mk.timestamp_ms > 0
+
+
+def test_a_source_stream_that_sources_others_is_copied_whole(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """The server marks each message a stream sourced (Nats-Stream-Source) and refuses a publish
+    that carries that header: copied as it was, every copy was refused (found by the fault
+    campaign, whose limited source stream sources the fleet's)."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "ORIG", ["orig.>"]))
+
+    async def aggregate() -> None:
+        nc = await nats.connect(src)
+        try:
+            await nc.jetstream().add_stream(
+                StreamConfig(name="AGG", sources=[StreamSource(name="ORIG")], allow_direct=True)
+            )
+        finally:
+            await nc.close()
+
+    run(aggregate())
+    run(create_stream(dst, "AGG", ["orig.>"]))  # a sourced stream has no subjects to copy
+    items = [(f"orig.host{i % 5}", registration(i), None) for i in range(300)]
+    run(publish(src, items, stream="ORIG"))
+    wait_for(lambda: run(count(src, "AGG")) == len(items), 30, "AGG sourced every message")
+    cfg = write_config(
+        tmp_path / "sr.yaml",
+        "dc1",
+        streams=[{"name": "agg", "stream": "AGG", "source_url": src, "target_url": dst}],
+    )
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "AGG")) >= len(items), 120, "every sourced message copied", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    got = run(read_all(dst, "AGG"))
+    assert [m.data for m in got] == [data for _, data, _ in items]
+    assert all(first_value(m.headers, "Nats-Stream-Source") is None for m in got)
 
 
 def test_spark_planner_processes_are_released_and_the_copy_goes_on(

@@ -26,6 +26,8 @@ def test_the_replicators_own_headers_and_the_sources_publish_conditions_are_not_
     assert not is_copied("Choria-SR-Source") and not is_copied("Nats-Msg-Id")
     for name in ("Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-Expected-Last-Msg-Id"):
         assert not is_copied(name)
+    # The server's record of a sourced message: a publish carrying it is refused.
+    assert not is_copied("Nats-Stream-Source")
 
 
 def test_an_elected_entrys_copies_are_its_instances_whatever_their_names_and_no_other_fleets() -> None:
