@@ -32,6 +32,26 @@ async def stream_info(nc: Client, stream: str) -> StreamInfo | None:
         return None
 
 
+async def stream_info_and_time(
+    nc: Client, stream: str, timeout: float = 5.0
+) -> tuple[StreamInfo | None, int | None]:
+    """The stream's info and the time (ms, the answering server's clock: the stream's leader,
+    which stamps its messages) when it was gathered; None for the time from a server that does
+    not say (before 2.10). A message the info does not count was stored after that time."""
+    from replicator.nats.timestamps import rfc3339_to_ns
+
+    reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=timeout)
+    doc = json.loads(reply.data)
+    if "error" in doc:
+        try:
+            APIError.from_error(doc["error"])
+        except NotFoundError:
+            return None, None
+    ts = doc.pop("ts", None)
+    doc.pop("type", None)
+    return StreamInfo.from_response(doc), rfc3339_to_ns(ts) // 1_000_000 if isinstance(ts, str) else None
+
+
 async def go_source_initiated_consumer(nc: Client, stream: str, entry_name: str) -> str | None:
     """The durable consumer the Go original's source-initiated copier keeps on the source for a
     stream entry (`SR_<entry name>`), if it exists: a Go instance in that mode is, or was, in

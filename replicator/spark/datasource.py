@@ -117,6 +117,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
         self._loop: Any = None
         self._nc: Any = None
         self._stream_end: int | None = None  # last sequence + 1, as last asked of the stream
+        # When the stream was last asked (ms, its leader's clock; None if the server does not
+        # say): every message stored later has a later time.
+        self._stream_time_ms: int | None = None
         self._mean_bytes = 0.0  # the stream's mean message size, as last asked
 
     # The planner side (initialOffset/latestOffset/partitions) keeps one connection on a loop
@@ -140,10 +143,10 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return self._loop, self._nc
 
     def _info(self) -> Any:
-        from replicator.nats.jetstream import stream_info
+        from replicator.nats.jetstream import stream_info_and_time
 
         loop, nc = self._conn()
-        info = loop.run(stream_info(nc, self.stream), 30)
+        info, self._stream_time_ms = loop.run(stream_info_and_time(nc, self.stream), 30)
         if info is None:
             raise RuntimeError(f"nats-jetstream: stream {self.stream} does not exist on {self._where()}")
         self._direct = bool(info.config.allow_direct)
@@ -244,7 +247,12 @@ class NatsJetStreamReader(DataSourceStreamReader):
         begin, previous = int(start["seq"]), int(start.get("clock", 0))
         assert self.o.sampling is not None
         if caught_up:
-            now = int(time.time() * 1000)
+            # The time the stream was read at, by the clock that stamps its messages: one stored
+            # after it, not in this batch, can never find the clock already past its own time
+            # (with this host's clock it could, by the time between the read and now, or by
+            # the clocks' skew: a sender whose gap was just under warn_duration was advised
+            # timeout, then recover, found by the fault campaign).
+            now = self._stream_time_ms if self._stream_time_ms is not None else int(time.time() * 1000)
             if end == begin and now - previous < self.o.sampling.clock_interval_ms:
                 return start  # nothing new, and too soon to move the clock
             clock = now

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replicator.options import ReaderOptions
+from replicator.options import ReaderOptions, SamplingOptions
 from replicator.spark.datasource import (
     BatchRamp,
     NatsJetStreamReader,
@@ -192,3 +193,23 @@ def test_where_the_takeover_did_not_find_the_targets_copy_reading_continues_from
     nxt = reader.latestOffset({"seq": 4_001, "from": 3_001, "term": "old"}, reader.getDefaultReadLimit())
     assert nxt == {"seq": 5_001, "from": 4_001, "term": term.term}
     assert batch_read_range(lease, 4_001, 5_001, term.term) == (4_001, 5_001)
+
+
+def test_a_caught_up_clock_is_the_time_the_stream_was_read_by_its_own_clock() -> None:
+    """A message stored after the stream was read is not in the batch; the clock must not pass
+    its time, or a sender whose gap was just under warn_duration is advised timeout, then
+    recover (found by the fault campaign). The stream's leader says when it read the stream."""
+    reader = NatsJetStreamReader(
+        ReaderOptions(
+            url="nats://127.0.0.1:1", stream="REG", sampling=SamplingOptions(inspect_field="sender")
+        )
+    )
+    read_at = int(time.time() * 1000) - 4_000  # the server's clock, behind this host's
+
+    def info() -> SimpleNamespace:
+        reader._stream_time_ms = read_at
+        return SimpleNamespace(state=SimpleNamespace(last_seq=100))
+
+    reader._info = info  # type: ignore[method-assign]
+    offset = reader.latestOffset({"seq": 101, "clock": read_at - 10_000}, reader.getDefaultReadLimit())
+    assert offset == {"seq": 101, "clock": read_at}
