@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # make dist: wheel, sdist, packed environment and submit file for spark-submit (harness/dist.py).
-.PHONY: install dist image test test-unit test-integration demo bench bench-emulator loadtest scenarios scale-plan scale-rehearse scale-report lint format clean
+.PHONY: install dist image test test-unit test-integration demo bench bench-emulator loadtest chaos scenarios scale-plan scale-rehearse scale-report lint format clean
 
 install: $(STAMP)
 
@@ -54,6 +54,13 @@ bench: install
 	$(BIN)/python -m bench.latency_bench $(if $(GO_REPLICATOR),--go-binary $(GO_REPLICATOR))
 	$(BIN)/python -m bench.lanes_bench
 	$(BIN)/python -m bench.ack_cost
+
+# The fault campaign (docs/faults.md): each seed a schedule of FAULTS faults on 3+3 clustered
+# servers, two elected replicators and a fleet, hosts as network namespaces (needs root).
+SEEDS ?= 1-50
+FAULTS ?= 5
+chaos: install
+	$(BIN)/python -m harness chaos --seeds $(SEEDS) --faults $(FAULTS)
 
 bench-emulator: install
 	$(BIN)/python -m bench.emulator_bench

@@ -198,6 +198,48 @@ def scale_rehearse(
     _print_report(report, f"hosts: {work / 'hosts'}; bucket: {bucket}; report: {work / 'report'}")
 
 
+@app.command("chaos")
+def chaos(
+    seeds: Annotated[str, typer.Option(help="Seeds to run: 7, 1-50 or 3,9,12")] = "1-50",
+    faults: Annotated[int, typer.Option(min=1, help="Faults in each seed's schedule")] = 5,
+    out: Annotated[Path, typer.Option(help="Each schedule's logs and the results")] = Path("reports/chaos"),
+) -> None:
+    """The fault campaign: each seed's schedule of faults on 3+3 clustered nats-servers (R3
+    streams), two elected replicators and a fleet, on hosts that are network namespaces
+    (root); then every copy, advisory and publisher checked. Exit 1 if any seed failed."""
+    from harness.chaos.campaign import run_campaign, summary
+    from harness.netns import LabUnavailable
+    from replicator.logs import setup_logging
+
+    try:
+        chosen = _seed_list(seeds)
+    except ValueError:
+        _fail(f"--seeds {seeds!r} is not a list of seeds: give e.g. 7, 1-50 or 3,9,12")
+        return
+    setup_logging("info")
+    _stop_cleanly_on_sigterm()
+    try:
+        results = run_campaign(chosen, faults, out)
+    except LabUnavailable as e:
+        _fail(str(e))
+        return
+    table = summary(results)
+    (out / "summary.txt").write_text(table + "\n")
+    typer.echo(table)
+    if not all(r.ok for r in results):
+        raise typer.Exit(1)
+
+
+def _seed_list(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        seeds += list(range(int(low), int(high or low) + 1))
+    if not seeds:
+        raise ValueError(text)
+    return seeds
+
+
 @app.command("jvm-archive")
 def jvm_archive(
     force: Annotated[bool, typer.Option(help="Build it again even if one exists")] = False,

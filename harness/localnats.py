@@ -109,20 +109,23 @@ class NatsServer:
     config_file: Path
     proc: subprocess.Popen[bytes] | None = None
     log_file: Path | None = None
+    host: str = "127.0.0.1"
+    # Runs the server elsewhere (`ip netns exec NS`: a host of harness.netns), exec'd in place.
+    prefix: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"nats://{self.host}:{self.port}"
 
     def start(self) -> None:
         assert self.log_file is not None
         with self.log_file.open("ab") as log:
             self.proc = subprocess.Popen(
-                [nats_server_binary(), "-c", str(self.config_file)], stdout=log, stderr=log
+                [*self.prefix, nats_server_binary(), "-c", str(self.config_file)], stdout=log, stderr=log
             )
         try:
             # A restarted server recovers its JetStream store before it listens: slow on a busy host.
-            _wait_port("127.0.0.1", self.port, timeout=60.0, proc=self.proc)
+            _wait_port(self.host, self.port, timeout=60.0, proc=self.proc)
         except RuntimeError as e:
             self.stop()
             tail = self.log_file.read_text(errors="replace")[-1500:]

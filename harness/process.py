@@ -73,8 +73,10 @@ class ReplicatorProcess:
         env: dict[str, str] | None = None,
         command: list[str] | None = None,
         cwd: Path | None = None,
+        monitor_host: str = "127.0.0.1",
     ) -> None:
         self.config, self.log_path, self.args, self.env = config, log_path, args, env
+        self.monitor_host = monitor_host
         self.command = command or [sys.executable, "-m", "replicator.cli", "run"]
         self.cwd = cwd
         self.port = monitor_port_of(config)
@@ -82,7 +84,7 @@ class ReplicatorProcess:
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/metrics"
+        return f"http://{self.monitor_host}:{self.port}/metrics"
 
     def output(self, tail: int = 6000) -> str:
         return self.log_path.read_text(errors="replace")[-tail:] if self.log_path.exists() else ""
@@ -105,7 +107,7 @@ class ReplicatorProcess:
         """Until every configured stream replicates (/readyz answers 200)."""
         deadline = time.monotonic() + timeout
         while True:
-            doc = readiness(self.port)
+            doc = readiness(self.metrics_url)
             if doc is not None and doc.get("ready"):
                 return
             if not self.alive():
