@@ -15,8 +15,9 @@ the chunk, not by its range.
 
 Sampling mode (`sampling=true` and a sender key): rows also carry `sender`, `force`, `bucket` (a
 hash of the sender), `size` and `ts_ms`, and headers come as a JSON string. Each offset then
-also holds the batch's event-time clock: the time of its last message, or the wall clock once
-the reader has caught up with the stream (then a batch runs every `clock_interval_ms` even
+also holds the batch's event-time clock: the time of its last message, or once the reader has
+caught up with the stream the time its leader read the stream at (STREAM.INFO's `ts`, less
+CLOCK_TRAIL_MS) (then a batch runs every `clock_interval_ms` even
 without new messages). Each batch carries one clock row (seq < 0) per bucket, so every bucket
 sees time move. The clock is in the checkpointed offset, so a replayed batch sees the same
 clock.
@@ -39,6 +40,9 @@ from pyspark.sql.types import StructType
 
 from replicator.options import ReaderOptions
 from replicator.spark.read_lease import ReadLease, batch_begin, batch_read_range, read_lease
+
+# How far a caught-up batch's clock trails the time the stream was read (see _with_clock).
+CLOCK_TRAIL_MS = 2_000
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -252,7 +256,15 @@ class NatsJetStreamReader(DataSourceStreamReader):
             # (with this host's clock it could, by the time between the read and now, or by
             # the clocks' skew: a sender whose gap was just under warn_duration was advised
             # timeout, then recover, found by the fault campaign).
-            now = self._stream_time_ms if self._stream_time_ms is not None else int(time.time() * 1000)
+            # It trails by CLOCK_TRAIL_MS: the leader of a clustered stream stamps a message when
+            # it proposes it and counts it once its replicas agreed, so one in that round is not
+            # counted yet though stamped before the read. Advisories keep their exact times; the
+            # trail only delays them.
+            now = (
+                self._stream_time_ms - CLOCK_TRAIL_MS
+                if self._stream_time_ms is not None
+                else int(time.time() * 1000) - CLOCK_TRAIL_MS
+            )
             if end == begin and now - previous < self.o.sampling.clock_interval_ms:
                 return start  # nothing new, and too soon to move the clock
             clock = now
