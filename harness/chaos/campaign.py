@@ -37,9 +37,12 @@ from harness.localnats import NatsServer, wait_jetstream
 from harness.netns import Host, Lab
 from harness.process import ReplicatorProcess, readiness
 from harness.scenario.truth import advisory_keys, compare_advisories, compare_copies, digest, ground_truth
-from harness.streams import read_all, read_digested
+from harness.streams import read_digested
 from replicator.election import BUCKET
 from replicator.headers import SOURCE_HEADER, parse_source_header
+from replicator.nats.connect import open_connection
+from replicator.nats.jetstream import stream_info
+from replicator.nats.readers import read_chunks
 from replicator.nats.wire import first_value
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import SamplingParams
@@ -190,41 +193,56 @@ def fleet_file(path: Path, seed: int) -> Path:
     return path
 
 
-class Schedule:
-    """One seed's run."""
+class System:
+    """The clusters, their streams and the two replicators that the schedules run on."""
 
-    def __init__(self, lab: Lab, seed: int, faults: int, work: Path) -> None:
-        self.lab, self.seed, self.work = lab, seed, work
+    def __init__(self, lab: Lab, work: Path) -> None:
+        self.lab, self.work = lab, work
+        self.replicators: dict[str, ReplicatorProcess] = {}
+        self._stack = contextlib.ExitStack()
+
+    def start(self) -> System:
+        hosts, stack = self.lab.hosts, self._stack
+        self.src = Cluster("src", [hosts[n] for n in TOPO.source_servers], "src", self.work / "servers")
+        stack.callback(self.src.stop)
+        self.dst = Cluster("dst", [hosts[n] for n in TOPO.target_servers], "dst", self.work / "servers")
+        stack.callback(self.dst.stop)
+        asyncio.run(create_streams(self.src.url, self.dst.url))
+        for name in ("r0", "r1"):
+            h = hosts[name]
+            cfg = replicator_config(self.work / f"{name}.yaml", name, self.src.url, self.dst.url,
+                                    self.work / "state")  # fmt: skip
+            self.replicators[name] = ReplicatorProcess(
+                cfg, self.work / f"{name}.log",
+                command=h.command([sys.executable, "-m", "replicator.cli", "run"]),
+                monitor_host=h.address("dst"),
+            )  # fmt: skip
+        stack.callback(lambda: _together([r.stop for r in self.replicators.values()]))
+        for r in self.replicators.values():
+            r.start(wait=False)
+        for r in self.replicators.values():
+            r.wait_ready()
+        return self
+
+    def stop(self) -> None:
+        self._stack.close()
+
+
+class Schedule:
+    """One seed's schedule, on a running system: the fleet publishes for FLEET_SECONDS while the
+    faults are carried out one after another; then the check of everything the system holds."""
+
+    def __init__(self, system: System, seed: int, faults: int, work: Path) -> None:
+        self.lab, self.seed, self.work = system.lab, seed, work
+        self.src, self.dst, self.replicators = system.src, system.dst, system.replicators
         self.faults = draw(seed, faults, TOPO)
         self.rng = random.Random(seed * 7919)
         self.result = ScheduleResult(seed)
-        self.replicators: dict[str, ReplicatorProcess] = {}
         self.emulator: subprocess.Popen[bytes] | None = None
         self.t0 = time.monotonic()
 
     def run(self) -> ScheduleResult:
-        hosts = self.lab.hosts
         with contextlib.ExitStack() as stack:
-            self.src = Cluster("src", [hosts[n] for n in TOPO.source_servers], "src", self.work / "servers")
-            stack.callback(self.src.stop)
-            self.dst = Cluster("dst", [hosts[n] for n in TOPO.target_servers], "dst", self.work / "servers")
-            stack.callback(self.dst.stop)
-            asyncio.run(create_streams(self.src.url, self.dst.url))
-            for name in ("r0", "r1"):
-                h = hosts[name]
-                cfg = replicator_config(self.work / f"{name}.yaml", name, self.src.url, self.dst.url,
-                                        self.work / "state")  # fmt: skip
-                self.replicators[name] = ReplicatorProcess(
-                    cfg, self.work / f"{name}.log",
-                    command=h.command([sys.executable, "-m", "replicator.cli", "run"]),
-                    monitor_host=h.address("dst"),
-                )  # fmt: skip
-            stack.callback(lambda: _together([r.stop for r in self.replicators.values()]))
-            for r in self.replicators.values():
-                r.start(wait=False)
-            for r in self.replicators.values():
-                r.wait_ready()
-            self.result.figures["setup_s"] = round(time.monotonic() - self.t0)
             self.emulator = subprocess.Popen(
                 [sys.executable, "-m", "emulator.cli", "run", "--scenario",
                  str(fleet_file(self.work / "fleet.yaml", self.seed)), "--url", self.src.url],
@@ -391,7 +409,9 @@ class Schedule:
         copy per subject: no count or last copy tells)."""
         try:
             held = {c.source_seq for c in asyncio.run(_read(self.src.url, "REG_LIM"))}
-            copied = {c.source_seq for c in asyncio.run(_read(self.dst.url, "REG_LANES"))}
+            # The limited stream holds only the last 20 s: their copies are among the last few
+            # thousand, if they are there.
+            copied = {c.source_seq for c in asyncio.run(_read(self.dst.url, "REG_LANES", tail=5000))}
         except Exception:  # a server of the cluster restarting
             return False
         return {s for s in held if up_to is None or s <= up_to} <= copied
@@ -404,9 +424,22 @@ def _together(calls: list[Callable[[], object]]) -> None:
             f.result()
 
 
-async def _read(url: str, stream: str) -> list[Copy]:
+async def _read(url: str, stream: str, tail: int = 0) -> list[Copy]:
+    """The stream's messages (with `tail`, only the last `tail` of them) as copies."""
+    nc = await open_connection(url, name="chaos-read", pending_size=256 * 1024 * 1024)
+    try:
+        info = await stream_info(nc, stream)
+        raw = []
+        if info is not None and info.state.messages:
+            first = (
+                max(info.state.first_seq, info.state.last_seq - tail + 1) if tail else info.state.first_seq
+            )
+            async for chunk in read_chunks(nc, stream, first, info.state.last_seq + 1, direct=True):
+                raw += chunk
+    finally:
+        await nc.close()
     out = []
-    for m in await read_all(url, stream):
+    for m in raw:
         mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
         seq, who = (mark.sequence, mark.replicator) if mark else (m.seq, "")
         out.append(Copy(seq, m.subject.split(".", 1)[1] if mark else m.subject, who, m.ts_ns, m.data))
@@ -501,25 +534,34 @@ def make_lab(prefix: str) -> Lab:
     return lab
 
 
-def run_campaign(seeds: list[int], faults: int, out: Path) -> list[ScheduleResult]:
-    """Each seed's schedule in turn; a line per schedule on stdout and in `out`/results.jsonl."""
+def run_campaign(seeds: list[int], faults: int, out: Path, fresh: bool = False) -> list[ScheduleResult]:
+    """Each seed's schedule in turn, on one system (the campaign: each schedule meets what the
+    ones before it left), or with `fresh` each on a system of its own (a replay); a line per
+    schedule on stdout and in `out`/results.jsonl."""
     out.mkdir(parents=True, exist_ok=True)
     lab = make_lab(f"chaos{os.getpid() % 100000}")
     results = []
+    system: System | None = None
     try:
         lab.enter(lab.hosts["ctl"])
-        for seed in seeds:
+        for i, seed in enumerate(seeds):
             work = out / f"seed-{seed}"
             work.mkdir(parents=True, exist_ok=True)
             started = time.monotonic()
             try:
-                result = Schedule(lab, seed, faults, work).run()
+                if system is None:
+                    system = System(lab, work if fresh else out / "system").start()
+                    log.info("system up in %.0fs", time.monotonic() - started)
+                result = Schedule(system, seed, faults, work).run()
             except Exception as e:  # a schedule that could not run is a failed one
                 log.exception("seed %d", seed)
                 result = ScheduleResult(seed, problems=[f"the schedule did not run to its end: {e!r}"])
             result.figures["wall_s"] = round(time.monotonic() - started)
             for h in lab.hosts.values():
                 h.heal()
+            if system is not None and (fresh or not result.ok):
+                system.stop()  # a failed schedule's damage is not the next one's
+                system = None
             results.append(result)
             with (out / "results.jsonl").open("a") as f:
                 f.write(json.dumps({**asdict(result), "ok": result.ok}) + "\n")
@@ -527,9 +569,15 @@ def run_campaign(seeds: list[int], faults: int, out: Path) -> list[ScheduleResul
                 f"{r.fault} recovered in {r.recovery_s}s" for r in result.faults
             )
             print(line, flush=True)
+            if result.problems:
+                so_far = seeds[: i + 1]
+                print(f"  replay on fresh servers: {replay_command(seed, faults)}; the campaign up to it: "
+                      f"make chaos SEEDS={','.join(map(str, so_far))} FAULTS={faults}", flush=True)  # fmt: skip
             for p in result.problems:
-                print(f"  {p}\n  replay: {replay_command(seed, faults)}", flush=True)
+                print(f"  {p}", flush=True)
     finally:
+        if system is not None:
+            system.stop()
         lab.close()
     return results
 
