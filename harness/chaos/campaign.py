@@ -337,17 +337,21 @@ class Schedule:
         """Seconds until the stream order copies hold a copy of the source's last message as
         it was when the fault was healed."""
         healed = time.monotonic()
-        want = asyncio.run(_last_seq(self.src.url, "REG"))
-        lanes_want = asyncio.run(_last_seq(self.src.url, "REG_LIM"))
+        want = lanes_want = None
+        while want is None or lanes_want is None:  # a server just restarted may not answer yet
+            want = asyncio.run(_last_seq(self.src.url, "REG"))
+            lanes_want = asyncio.run(_last_seq(self.src.url, "REG_LIM"))
+            if time.monotonic() - healed > RECOVERY_LIMIT_S:
+                return None
         while time.monotonic() - healed < RECOVERY_LIMIT_S:
             got = asyncio.run(_last_copied(self.dst.url, ("REG_COPY", "REG_PLAIN")))
-            if want is not None and got is not None and got >= want:
+            if got is not None and got >= want:
                 break
             time.sleep(0.25)
         else:
             return None
         while time.monotonic() - healed < RECOVERY_LIMIT_S:
-            if lanes_want is not None and self._lanes_complete(up_to=lanes_want):
+            if self._lanes_complete(up_to=lanes_want):
                 return round(time.monotonic() - healed, 2)
             time.sleep(0.5)
         return None
@@ -362,12 +366,15 @@ class Schedule:
         truth = ground_truth(asyncio.run(read_digested(self.src.url, "REG", digest(ext))), params)
         # Every sender that went silent expires inspect_duration after its last message.
         deadline = time.monotonic() + INSPECT_MS / 1000 + RECOVERY_LIMIT_S
-        total = asyncio.run(_last_seq(self.src.url, "REG")) or 0
+        total = None
+        while total is None and time.monotonic() < deadline:
+            total = asyncio.run(_last_seq(self.src.url, "REG"))
         while time.monotonic() < deadline:
             counts = asyncio.run(_counts(self.dst.url, ("REG_COPY", "REG_PLAIN", "REG_SAMPLED")))
             advisories = asyncio.run(_counts(self.src.url, ("ADV",)))["ADV"]
             if (
-                counts["REG_COPY"] >= total
+                total is not None
+                and counts["REG_COPY"] >= total
                 and counts["REG_PLAIN"] >= total
                 and counts["REG_SAMPLED"] >= len(truth.copied)
                 and advisories >= len(truth.advisories)

@@ -167,6 +167,78 @@ def test_target_unreachable_for_60s_half_open_restarted_and_slow(
     assert "Traceback" not in log, log
 
 
+@pytest.fixture
+def target_trio() -> Iterator[NatsCluster]:
+    with local_cluster(3, "dc2") as c:
+        yield c
+
+
+async def _stream_leader(url: str, stream: str) -> str:
+    nc = await nats.connect(url.split(","))
+    try:
+        info = await nc.jetstream().stream_info(stream)
+        return str(info.cluster.leader) if info.cluster else ""
+    finally:
+        await nc.close()
+
+
+def test_an_r3_target_cut_half_open_losing_its_streams_leader_and_slow(
+    source: NatsCluster, target_trio: NatsCluster, tmp_path: Path
+) -> None:
+    """The first test's faults on a clustered target (R3 stream: copies are acknowledged after
+    replication, chained by sequence), each server behind a proxy of its own: every link cut,
+    every link half-open, the server leading the target stream restarted, then slow links."""
+    run(_create_source(source.url))
+    run(create_stream(target_trio.url, "REG", ["reg.>"], num_replicas=3))
+    links = [FaultProxy(srv.port) for srv in target_trio.servers]
+    for link in links:
+        link.start()
+    try:
+        cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+            {"stream": "REG", "source_url": source.url, "target_url": ",".join(x.url for x in links)},
+        ])  # fmt: skip
+        rep = start_replicator(cfg)
+        try:
+            with LivePublisher(source.url):
+
+                def copies() -> int:
+                    return int(run(count(target_trio.url, "REG")))
+
+                wait_for(lambda: copies() >= 1000, 120, "the first copies", rep)
+                for link in links:  # the target cluster unreachable for 20 s
+                    link.cut()
+                time.sleep(20)
+                for link in links:
+                    link.restore()
+                _recovery("R3 target unreachable for 20 s", copies, rep)
+
+                for link in links:  # every link silent; nothing tells the replicator
+                    link.half_open()
+                time.sleep(10)
+                for link in links:
+                    link.restore()
+                _recovery("half-open links to an R3 target for 10 s", copies, rep)
+
+                leader = run(_stream_leader(target_trio.url, "REG"))
+                server = next(x for x in target_trio.servers if x.name == leader)
+                server.stop()  # the target stream's leader restarted
+                time.sleep(3)
+                server.start()
+                _recovery("the R3 target stream's leader restarted", copies, rep)
+
+                for link in links:  # a 40 ms round trip, 2 MB/s, from here on
+                    link.latency, link.bandwidth = 0.02, 2_000_000
+                time.sleep(5)
+            _finish_and_check(source.url, target_trio.url, rep)
+        finally:
+            assert rep.stop() == 0, rep.output()
+    finally:
+        for link in links:
+            link.stop()
+    log = rep.output(10**9)
+    assert "Traceback" not in log, log
+
+
 def test_source_links_cut_and_the_streams_leader_lost(
     source_trio: NatsCluster, target: NatsCluster, tmp_path: Path
 ) -> None:

@@ -1,8 +1,7 @@
-"""The fault campaign's short run in CI: one fixed seed's schedule of five faults (a source
-server killed, the standby frozen past the election's TTL, the leader on a slow link, the
-leader's host cut off from both clusters, the leader killed with kill -9) on 3+3 clustered
-servers with R3 streams, two elected replicators and a fleet, hosts as network namespaces.
-`make chaos` runs fifty seeds."""
+"""The fault campaign's short run in CI: one fixed seed's schedule of five faults, each on the
+leader (a slow link, frozen past the election's TTL, a target server killed under it, kill -9,
+its host cut off from the target cluster) on 3+3 clustered servers with R3 streams, two
+elected replicators and a fleet, hosts as network namespaces. `make chaos` runs fifty seeds."""
 
 from __future__ import annotations
 
@@ -18,12 +17,12 @@ from harness.chaos.schedule import draw
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-SEED = 117
+SEED = 293
 
 
 def test_a_seeded_schedule_of_five_faults_loses_doubles_and_reorders_nothing(tmp_path: Path) -> None:
     kinds = {f.kind for f in draw(SEED, 5)}
-    assert {"server-kill", "stall", "slow", "cut", "kill9"} == kinds  # what this seed stages
+    assert {"slow", "stall", "server-kill", "kill9", "cut"} == kinds  # what this seed stages
     done = subprocess.run(
         [sys.executable, "-m", "harness", "chaos", "--seeds", str(SEED), "--faults", "5", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
