@@ -557,7 +557,8 @@ def run_campaign(seeds: list[int], faults: int, out: Path, fresh: bool = False) 
             started = time.monotonic()
             try:
                 if system is None:
-                    system = System(lab, work if fresh else out / "system").start()
+                    # Its own folder: a system replacing a failed one starts empty.
+                    system = System(lab, work if fresh else out / f"system-from-seed-{seed}").start()
                     log.info("system up in %.0fs", time.monotonic() - started)
                 result = Schedule(system, seed, faults, work).run()
             except Exception as e:  # a schedule that could not run is a failed one
