@@ -48,11 +48,14 @@ _BATCH_FAILED = re.compile(
 _QUERY_THREAD_DIED = 'Exception in thread "stream execution thread'
 
 
-# A Python worker of Spark's whose task was cancelled (the runner stopped a query mid-batch)
-# finds its pipe to the JVM closed: pyspark's daemon prints the BrokenPipeError's traceback.
+# A Python process of Spark's whose query was stopped (the runner stopped it mid-batch, or
+# to retry a failed batch) finds its pipe to the JVM closed: pyspark's daemon (a task's worker)
+# or its streaming source runner (the planner of a Python data source) prints the traceback.
 _PYTHON_TRACEBACK = "Traceback (most recent call last):"
-_WORKER_PIPE_CLOSED = re.compile(r"^(BrokenPipeError|ConnectionResetError)\b")
-_DAEMON_FRAME = re.compile(r'^\s+File ".*pyspark/daemon\.py"')
+_WORKER_PIPE_CLOSED = re.compile(r"^(BrokenPipeError|ConnectionResetError|EOFError)\b")
+_DAEMON_FRAME = re.compile(
+    r'^\s+File ".*pyspark/(daemon|sql/streaming/python_streaming_source_runner|serializers)\.py"'
+)
 
 
 class JvmOutput:
@@ -94,7 +97,7 @@ class JvmOutput:
             and all(_DAEMON_FRAME.match(f) for f in frames)
             and _WORKER_PIPE_CLOSED.match(block[-1])
         ):
-            return [(logging.DEBUG, f"a Python worker's task was cancelled ({block[-1]})")]
+            return [(logging.DEBUG, f"a Spark Python process found its pipe to the JVM closed ({block[-1]})")]
         return [out for x in block if (out := self.classify(x)) is not None]
 
     def flush(self) -> list[tuple[int, str]]:

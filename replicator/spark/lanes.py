@@ -6,14 +6,9 @@ waits for each ack before it ends. Messages of one subject keep their order, as 
 Choria deployment gives; across subjects they do not. The payloads no longer pass through the
 driver, whose one process is the ceiling of `order: stream`.
 
-A batch cut short (a failed task, a crash) is published again from the checkpoint. Lanes
-publish side by side, so copies are not chained with Nats-Expected-Last-Sequence, and a
-deterministic Nats-Msg-Id drops a copy again only within the target's duplicate window: a
-batch published again later (a refusal that lasted, a restart after a long stop) doubled the
-copies its lanes had stored, and landed them after newer ones of their subject (found by the
-fault campaign). So a batch that may be a replay (the first of a query, one after a failure,
-a task's second attempt) first asks the target for the last copy on each of its subjects and
-skips what is there.
+A batch cut short (a failed task, a crash) is published again from the checkpoint. Copies
+carry a deterministic Nats-Msg-Id, so the target's duplicate window drops those it stored.
+Lanes publish side by side, so copies are not chained with Nats-Expected-Last-Sequence.
 """
 
 from __future__ import annotations
@@ -72,70 +67,16 @@ def _publisher(s: SinkSettings) -> tuple[Any, Any]:
         return loop, publisher
 
 
-async def last_copied_on_subjects(nc: Any, s: SinkSettings, subjects: list[str]) -> dict[str, int]:
-    """Target subject -> source sequence of the entry's last copy on it (the stream leader's
-    answer; subjects whose last message is not this entry's copy are left out)."""
-    import asyncio
-
-    from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, parse_source_header
-    from replicator.nats.readers import leader_last_on_subject
-    from replicator.nats.wire import first_value
-
-    owner, limit = s.owner, asyncio.Semaphore(64)
-
-    async def one(subject: str) -> tuple[str, int]:
-        async with limit:
-            m = await leader_last_on_subject(nc, s.target_stream, subject)
-        if m is None:
-            return subject, 0
-        mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
-        if mark is None or not owner.owns(mark, first_value(m.headers, MSG_ID_HEADER)):
-            return subject, 0
-        return subject, mark.sequence
-
-    return dict(await asyncio.gather(*(one(x) for x in subjects)))
-
-
-def _second_attempt() -> bool:
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    return ctx is not None and ctx.attemptNumber() > 0
-
-
-def publish_lane(
-    s: SinkSettings, may_replay: bool = True
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function `mapInArrow` runs on each lane: publish it in order, return its counts.
-    `may_replay`: the batch may have been published before (see the module docstring)."""
+def publish_lane(s: SinkSettings) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function `mapInArrow` runs on each lane: publish it in order, return its counts."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = size = duplicates = last_seq = 0
-        check = may_replay or _second_attempt()
-        copied: dict[str, int] = {}  # target subject -> last copy's source sequence, if checked
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             table = pa.Table.from_batches([batch])
             loop, publisher = _publisher(s)
-            batch_last = int(pc.max(table.column("seq")).as_py())
-            if check:
-                subjects = [rewrite_subject(x, s.subject_prefix, s.subject_remove)
-                            for x in table.column("subject").to_pylist()]  # fmt: skip
-                unknown = sorted(set(subjects) - copied.keys())
-                if unknown:
-                    asked = last_copied_on_subjects(publisher.nc, s, unknown)
-                    copied.update(loop.run(asked, s.ack_timeout + len(unknown) / 100))
-                keep = [
-                    seq > copied.get(x, 0)
-                    for x, seq in zip(subjects, table.column("seq").to_pylist(), strict=True)
-                ]
-                duplicates += keep.count(False)
-                rows += keep.count(False)
-                table = table.filter(pa.array(keep))
-                if table.num_rows == 0:
-                    last_seq = max(last_seq, batch_last)
-                    continue
             outcome = loop.run(
                 publisher.publish(lane_messages(table, s), s.ack_timeout + table.num_rows / 1000), None
             )
@@ -149,7 +90,7 @@ def publish_lane(
             rows += table.num_rows
             size += int(pc.sum(pc.binary_length(table.column("data"))).as_py() or 0)
             duplicates += outcome.duplicates
-            last_seq = max(last_seq, batch_last)
+            last_seq = max(last_seq, int(pc.max(table.column("seq")).as_py()))
         yield pa.RecordBatch.from_pydict(
             {"rows": [rows], "bytes": [size], "duplicates": [duplicates], "last_seq": [last_seq]},
             schema=LANE_RESULT,
@@ -165,17 +106,14 @@ class LaneSink:
         self.settings = settings
         self.lanes = lanes
         self.account = account  # the stream's metrics and totals (OrderedSink.account)
-        self._next_clean: int | None = None  # the batch after the last one published whole
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
         started = time.monotonic()
-        # Anything but the batch after one this sink published whole may be a replay.
-        may_replay, self._next_clean = self._next_clean != batch_id, None
         lanes = batch_df.repartition(self.lanes, "subject").sortWithinPartitions("seq")
-        done = lanes.mapInArrow(publish_lane(self.settings, may_replay), from_arrow_schema(LANE_RESULT)).agg(
+        done = lanes.mapInArrow(publish_lane(self.settings), from_arrow_schema(LANE_RESULT)).agg(
             *(F.sum(c).alias(c) for c in ("rows", "bytes", "duplicates")), F.max("last_seq").alias("last_seq")
         )
         row = done.collect()[0]
@@ -193,4 +131,3 @@ class LaneSink:
                 seconds=time.monotonic() - started,
             )
         )
-        self._next_clean = batch_id + 1

@@ -148,7 +148,10 @@ def test_a_cancelled_tasks_closed_pipe_in_sparks_daemon_is_one_debug_line() -> N
     quiet = JvmOutput(quiet=True)
     got = [out for line in DAEMON_BROKEN_PIPE for out in quiet.feed(line + "\n")]
     assert got == [
-        (logging.DEBUG, "a Python worker's task was cancelled (BrokenPipeError: [Errno 32] Broken pipe)")
+        (
+            logging.DEBUG,
+            "a Spark Python process found its pipe to the JVM closed (BrokenPipeError: [Errno 32] Broken pipe)",
+        )
     ]
     loud = JvmOutput(quiet=False)
     assert [text for line in DAEMON_BROKEN_PIPE for _, text in loud.feed(line)] == DAEMON_BROKEN_PIPE
@@ -222,3 +225,21 @@ def test_a_traceback_header_followed_by_a_java_stack_is_left_to_debug() -> None:
     out = [o for line in lines for o in quiet.feed(line)]
     assert [level for level, _ in out] == [logging.DEBUG, logging.DEBUG, logging.INFO]
     assert not any("Traceback" in text for level, text in out if level > logging.DEBUG)
+
+
+def test_a_stopped_querys_source_runner_finding_its_pipe_closed_is_one_debug_line() -> None:
+    """Seen in a full run when a failing batch's query was stopped: the planner of the Python
+    data source (pyspark's streaming source runner) read from a closed pipe."""
+    block = [
+        "Traceback (most recent call last):",
+        '  File "/v/lib/python3.11/site-packages/pyspark/sql/streaming/python_streaming_source_runner.py", '
+        "line 265, in main",
+        "    func_id = read_int(infile)",
+        "              ^^^^^^^^^^^^^^^^",
+        '  File "/v/lib/python3.11/site-packages/pyspark/serializers.py", line 596, in read_int',
+        "    raise EOFError",
+        "EOFError",
+    ]
+    quiet = JvmOutput(quiet=True)
+    got = [out for line in block for out in quiet.feed(line)]
+    assert got == [(logging.DEBUG, "a Spark Python process found its pipe to the JVM closed (EOFError)")]
