@@ -53,9 +53,11 @@ _QUERY_THREAD_DIED = 'Exception in thread "stream execution thread'
 # or its streaming source runner (the planner of a Python data source) prints the traceback.
 _PYTHON_TRACEBACK = "Traceback (most recent call last):"
 _WORKER_PIPE_CLOSED = re.compile(r"^(BrokenPipeError|ConnectionResetError|EOFError)\b")
-_DAEMON_FRAME = re.compile(
-    r'^\s+File ".*pyspark/(daemon|sql/streaming/python_streaming_source_runner|serializers)\.py"'
-)
+# Frames of pyspark itself, of the Python standard library (socket, contextlib) or frozen
+# modules (runpy): nothing of the replicator's. Such a traceback that ends in a closed pipe is
+# pyspark's own, and so are the sentences that chain one to the next.
+_DAEMON_FRAME = re.compile(r'^\s+File "(.*/pyspark/.*|.*/lib/python3\.\d+/[^/]+\.py|<frozen [^>]+>)"')
+_CHAINED = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
 
 
 class JvmOutput:
@@ -66,6 +68,7 @@ class JvmOutput:
         self.quiet = quiet
         self._dropping = False
         self._traceback: list[str] | None = None
+        self._pipe_closed = False  # the last traceback was pyspark's closed pipe
 
     def feed(self, line: str) -> list[tuple[int, str]]:
         """What to log for the next line: a Python traceback is held until its last line, and a
@@ -75,6 +78,10 @@ class JvmOutput:
             if line.startswith(_PYTHON_TRACEBACK):
                 self._traceback = [line]
                 return []
+            if self.quiet and self._pipe_closed and _CHAINED.match(line):
+                return [(logging.DEBUG, line)]
+            if line.strip():
+                self._pipe_closed = False
             out = self.classify(line)
             return [out] if out is not None else []
         self._traceback.append(line)
@@ -97,6 +104,7 @@ class JvmOutput:
             and all(_DAEMON_FRAME.match(f) for f in frames)
             and _WORKER_PIPE_CLOSED.match(block[-1])
         ):
+            self._pipe_closed = True
             return [(logging.DEBUG, f"a Spark Python process found its pipe to the JVM closed ({block[-1]})")]
         return [out for x in block if (out := self.classify(x)) is not None]
 

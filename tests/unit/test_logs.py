@@ -227,19 +227,57 @@ def test_a_traceback_header_followed_by_a_java_stack_is_left_to_debug() -> None:
     assert not any("Traceback" in text for level, text in out if level > logging.DEBUG)
 
 
-def test_a_stopped_querys_source_runner_finding_its_pipe_closed_is_one_debug_line() -> None:
+def test_a_stopped_querys_source_runner_finding_its_pipe_closed_is_left_to_debug() -> None:
     """Seen in a full run when a failing batch's query was stopped: the planner of the Python
-    data source (pyspark's streaming source runner) read from a closed pipe."""
-    block = [
+    data source (pyspark's streaming source runner) found its socket closed, three chained
+    tracebacks (blank lines between them, as the JVM prints them)."""
+    lines = [
         "Traceback (most recent call last):",
-        '  File "/v/lib/python3.11/site-packages/pyspark/sql/streaming/python_streaming_source_runner.py", '
-        "line 265, in main",
+        '  File "/v/lib/python3.11/site-packages/pyspark/sql/streaming/python_streaming_source_runner.py", line 265, in main',
         "    func_id = read_int(infile)",
         "              ^^^^^^^^^^^^^^^^",
-        '  File "/v/lib/python3.11/site-packages/pyspark/serializers.py", line 596, in read_int',
-        "    raise EOFError",
-        "EOFError",
+        '  File "/v/lib/python3.11/site-packages/pyspark/serializers.py", line 602, in read_int',
+        "    length = stream.read(4)",
+        "             ^^^^^^^^^^^^^^",
+        '  File "/usr/lib/python3.11/socket.py", line 706, in readinto',
+        "    return self._sock.recv_into(b)",
+        "           ^^^^^^^^^^^^^^^^^^^^^^^",
+        "ConnectionResetError: [Errno 104] Connection reset by peer",
+        "During handling of the above exception, another exception occurred:",
+        "Traceback (most recent call last):",
+        '  File "/v/lib/python3.11/site-packages/pyspark/worker_util.py", line 253, in get_sock_file_to_executor',
+        "    yield sock_file",
+        '  File "/v/lib/python3.11/site-packages/pyspark/sql/streaming/python_streaming_source_runner.py", line 314, in <module>',
+        "    main(sock_file, sock_file)",
+        '  File "/v/lib/python3.11/site-packages/pyspark/sql/streaming/python_streaming_source_runner.py", line 299, in main',
+        "    outfile.flush()",
+        '  File "/usr/lib/python3.11/socket.py", line 724, in write',
+        "    return self._sock.send(b)",
+        "           ^^^^^^^^^^^^^^^^^^",
+        "BrokenPipeError: [Errno 32] Broken pipe",
+        "During handling of the above exception, another exception occurred:",
+        "Traceback (most recent call last):",
+        '  File "<frozen runpy>", line 198, in _run_module_as_main',
+        '  File "<frozen runpy>", line 88, in _run_code',
+        '  File "/v/lib/python3.11/site-packages/pyspark/sql/streaming/python_streaming_source_runner.py", line 313, in <module>',
+        "    with get_sock_file_to_executor(timeout=None) as sock_file:",
+        '  File "/usr/lib/python3.11/contextlib.py", line 158, in __exit__',
+        "    self.gen.throw(typ, value, traceback)",
+        '  File "/v/lib/python3.11/site-packages/pyspark/worker_util.py", line 255, in get_sock_file_to_executor',
+        "    sock_file.close()",
+        '  File "/usr/lib/python3.11/socket.py", line 724, in write',
+        "    return self._sock.send(b)",
+        "           ^^^^^^^^^^^^^^^^^^",
+        "BrokenPipeError: [Errno 32] Broken pipe",
     ]
     quiet = JvmOutput(quiet=True)
-    got = [out for line in block for out in quiet.feed(line)]
-    assert got == [(logging.DEBUG, "a Spark Python process found its pipe to the JVM closed (EOFError)")]
+    printed = [x for line in lines for x in (["", line, ""] if line.startswith("During") else [line])]
+    out = [o for line in printed for o in quiet.feed(line)]
+    assert [level for level, _ in out] == [logging.DEBUG] * len(out), out
+    assert out[0] == (
+        logging.DEBUG,
+        "a Spark Python process found its pipe to the JVM closed "
+        "(ConnectionResetError: [Errno 104] Connection reset by peer)",
+    )
+    shown = JvmOutput(quiet=False)
+    assert any(level == logging.WARNING for line in lines for level, _ in shown.feed(line))
