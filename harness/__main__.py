@@ -207,7 +207,7 @@ def chaos(
     """The fault campaign: each seed's schedule of faults on 3+3 clustered nats-servers (R3
     streams), two elected replicators and a fleet, on hosts that are network namespaces
     (root); then every copy, advisory and publisher checked. Exit 1 if any seed failed."""
-    from harness.chaos.campaign import run_campaign, summary
+    from harness.chaos.campaign import markdown_summary, run_campaign, summary
     from harness.netns import LabUnavailable
     from replicator.logs import setup_logging
 
@@ -225,6 +225,7 @@ def chaos(
         return
     table = summary(results)
     (out / "summary.txt").write_text(table + "\n")
+    (out / "summary.md").write_text(markdown_summary(results) + "\n")
     typer.echo(table)
     if not all(r.ok for r in results):
         raise typer.Exit(1)

@@ -611,3 +611,33 @@ def summary(results: list[ScheduleResult]) -> str:
         if not r.ok:
             rows.append(f"  seed {r.seed} failed: {r.problems[0]}")
     return "\n".join(rows)
+
+
+def markdown_summary(results: list[ScheduleResult]) -> str:
+    """The report as docs/faults.md shows it: faults per kind, recovery, and what the checker
+    found."""
+    kinds: dict[str, list[float | None]] = {}
+    for r in results:
+        for f in r.faults:
+            kinds.setdefault(f.kind, []).append(f.recovery_s)
+    rows = ["| fault | injected | median recovery s | worst recovery s |", "|---|---|---|---|"]
+    for kind, times in sorted(kinds.items()):
+        done = sorted(t for t in times if t is not None)
+        worst = "not recovered" if None in times else f"{done[-1]:.1f}"
+        median = f"{done[len(done) // 2]:.1f}" if done else "-"
+        rows.append(f"| `{kind}` | {len(times)} | {median} | {worst} |")
+    failed = [r for r in results if not r.ok]
+    moves = sum(int(v) for r in results for k, v in r.figures.items() if k.endswith("_handovers"))
+    gaps = [float(v) for r in results for k, v in r.figures.items() if k.endswith("_closest_handover_s")]
+    rows += [
+        "",
+        f"{len(results)} schedules, {sum(len(r.faults) for r in results)} faults, "
+        f"up to {max((int(r.figures.get('published', 0)) for r in results), default=0)} messages in "
+        f"the fleet's stream at a check, {len(failed)} schedules failed; {moves} handovers between "
+        f"publishers, the closest {min(gaps):.2f} s apart"
+        if gaps
+        else "",
+    ]
+    for r in failed:
+        rows.append(f"- seed {r.seed}: {'; '.join(r.problems)}")
+    return "\n".join(rows)
