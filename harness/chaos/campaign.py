@@ -366,7 +366,7 @@ class Schedule:
         problems = self.result.problems
         ext = SenderExtractor("sender", "", 0, "force")
         params = SamplingParams(INSPECT_MS, WARN_MS, 1024, "REG")
-        truth = ground_truth(asyncio.run(read_digested(self.src.url, "REG", digest(ext))), params)
+        truth = ground_truth(_again(lambda: read_digested(self.src.url, "REG", digest(ext))), params)
         # Every sender that went silent expires inspect_duration after its last message.
         deadline = time.monotonic() + INSPECT_MS / 1000 + RECOVERY_LIMIT_S
         total = None
@@ -387,14 +387,14 @@ class Schedule:
         while time.monotonic() < deadline and not self._lanes_complete():
             time.sleep(2)
         time.sleep(2)  # anything late (a doubled copy or advisory) arrives too
-        source = asyncio.run(_read(self.src.url, "REG"))
+        source = _again(lambda: _read(self.src.url, "REG"))
         by_seq = {c.source_seq: c.data for c in source}
-        limited = asyncio.run(_read(self.src.url, "REG_LIM"))
+        limited = _again(lambda: _read(self.src.url, "REG_LIM"))
         lim_last = asyncio.run(_last_seq(self.src.url, "REG_LIM")) or 0
         figures = self.result.figures
         figures["published"] = len(source)
         for entry, (_, target, _, _) in ENTRIES.items():
-            copies = asyncio.run(_read(self.dst.url, target))
+            copies = _again(lambda: _read(self.dst.url, target))  # noqa: B023
             if entry in ("copy", "plain"):
                 found = exact_copy(by_seq, copies)
             elif entry == "lanes":
@@ -403,7 +403,7 @@ class Schedule:
             else:
                 check = compare_copies(truth, [c.source_seq for c in copies])
                 found = [] if check.ok else [f"copies: {check.detail}"]
-                got = asyncio.run(read_digested(self.src.url, "ADV", advisory_keys))
+                got = _again(lambda: read_digested(self.src.url, "ADV", advisory_keys))
                 adv = compare_advisories(truth, got, "exact")
                 found += [] if adv.ok else [f"advisories: {adv.detail}"]
                 figures["advisories"] = len(got)
@@ -425,6 +425,20 @@ class Schedule:
         except Exception:  # a server of the cluster restarting
             return False
         return {s for s in held if up_to is None or s <= up_to} <= copied
+
+
+def _again(read: Callable[[], Any], tries: int = 5) -> Any:
+    """A whole-stream read for the check, read again if it was cut short (a reader fails rather
+    than return a range short: a server that just restarted, a consumer's leader moving)."""
+    for attempt in range(tries):
+        try:
+            return asyncio.run(read())
+        except Exception:
+            if attempt == tries - 1:
+                raise
+            log.warning("a read for the check failed; reading again", exc_info=True)
+            time.sleep(2)
+    raise AssertionError("unreachable")
 
 
 def _together(calls: list[Callable[[], object]]) -> None:
