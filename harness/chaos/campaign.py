@@ -150,9 +150,9 @@ async def create_streams(src: str, dst: str) -> None:
             # order: subject copies are not chained: a batch published again is dropped by the
             # duplicate window only (docs/design.md, "Subject lanes"), so the lanes' target keeps
             # the server's default (2 minutes); the others' is short, for the quiet-server-kill.
-            window = {} if entry == "lanes" else {"duplicate_window": TOPO.duplicate_window}
+            window = 0.0 if entry == "lanes" else TOPO.duplicate_window  # 0: the default
             await js.add_stream(StreamConfig(
-                name=target, subjects=[f"{prefix}.>"], num_replicas=3, allow_direct=True, **window,
+                name=target, subjects=[f"{prefix}.>"], num_replicas=3, allow_direct=True, duplicate_window=window,
             ))  # fmt: skip
     finally:
         await nc.close()
