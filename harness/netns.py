@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import os
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 
@@ -155,9 +156,14 @@ class Lab:
             os.close(fd)
 
     def close(self) -> None:
-        """Every namespace of this prefix deleted (their processes must have ended)."""
+        """Every namespace of this prefix deleted, and whatever still runs in one killed (a run
+        cut short can leave its servers behind)."""
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         for line in listed.splitlines():
             netns = line.split()[0] if line.strip() else ""
             if netns.startswith(f"{self.prefix}-"):
+                pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout
+                for pid in pids.split():
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(pid), signal.SIGKILL)
                 subprocess.run(["ip", "netns", "del", netns], capture_output=True)
