@@ -157,13 +157,16 @@ class Lab:
 
     def close(self) -> None:
         """Every namespace of this prefix deleted, and whatever still runs in one killed (a run
-        cut short can leave its servers behind)."""
+        cut short can leave its servers behind), except the closer: a campaign runs in its control
+        host's namespace."""
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         for line in listed.splitlines():
             netns = line.split()[0] if line.strip() else ""
             if netns.startswith(f"{self.prefix}-"):
                 pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout
                 for pid in pids.split():
+                    if pid == str(os.getpid()):
+                        continue
                     with contextlib.suppress(ProcessLookupError, ValueError):
                         os.kill(int(pid), signal.SIGKILL)
                 subprocess.run(["ip", "netns", "del", netns], capture_output=True)
