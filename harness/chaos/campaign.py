@@ -147,10 +147,9 @@ async def create_streams(src: str, dst: str) -> None:
     try:
         js = nc.jetstream()
         for entry, (_, target, prefix, _) in ENTRIES.items():
-            # order: subject copies are not chained: a batch published again is dropped by the
-            # duplicate window only (docs/design.md, "Subject lanes"), so the lanes' target keeps
-            # the server's default (2 minutes); the others' is short, for the quiet-server-kill.
-            window = 0.0 if entry == "lanes" else TOPO.duplicate_window  # 0: the default
+            # Short, for the quiet-server-kill: a copy published again after it must be skipped,
+            # not dropped by the window (order: subject's replay check, docs/design.md).
+            window = TOPO.duplicate_window
             await js.add_stream(StreamConfig(
                 name=target, subjects=[f"{prefix}.>"], num_replicas=3, allow_direct=True, duplicate_window=window,
             ))  # fmt: skip

@@ -156,6 +156,15 @@ async def leader_message(
     req: dict[str, object] = {"seq": seq}
     if next_by_subject:
         req["next_by_subj"] = next_by_subject
+    return await _leader_get(nc, stream, req)
+
+
+async def leader_last_on_subject(nc: ReplicatorClient, stream: str, subject: str) -> RawMessage | None:
+    """From the stream leader: the last message on `subject` (None when there is none)."""
+    return await _leader_get(nc, stream, {"last_by_subj": subject})
+
+
+async def _leader_get(nc: ReplicatorClient, stream: str, req: dict[str, object]) -> RawMessage | None:
     resp = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps(req).encode(), timeout=10)
     body = json.loads(resp.data)
     if "error" in body:

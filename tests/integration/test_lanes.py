@@ -1,12 +1,14 @@
 """`order: subject`: Spark's tasks publish a copy in subject lanes. Every message is copied once,
-each subject's copies stay in source order, and a kill -9 mid-copy loses and doubles nothing
-(the replayed batch's copies are dropped by the target's duplicate window)."""
+each subject's copies stay in source order, and neither a kill -9 mid-copy nor a refused copy
+published again long after loses, doubles or reorders anything."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from pathlib import Path
 
+import nats
 import pytest
 from helpers import create_stream, publish, registration, run, start_replicator, wait_for, write_config
 
@@ -72,3 +74,40 @@ def test_lanes_copy_every_message_once_in_subject_order_across_a_kill_9(
     ]
     seqs = [m.sequence for m in everything if m is not None]
     assert seqs != sorted(seqs)
+
+
+def test_a_refused_copy_is_not_overtaken_and_its_batch_published_again_late_doubles_nothing(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """One copy refused (too big for the target) for longer than the target's duplicate window
+    (1 s), with later messages of its subject in the same batch: none of them lands before it,
+    and the batch, published again and again from the checkpoint, stores no copy twice. Found
+    by the fault campaign (45 doubled); before the fix the later copies of the refused one's
+    subject landed first, and each replay stored the other lanes' copies again."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "ORDERS", ["orders.>"]))
+    run(create_stream(dst, "ORDERS", ["orders.>"], max_msg_size=4000, duplicate_window=1.0))
+    items = [(f"orders.{i % SUBJECTS}", registration(i, 600), None) for i in range(2_000)]
+    items[1_500] = (items[1_500][0], registration(1_500, 6_000), None)  # refused until the limit is raised
+    run(publish(src, items))
+    rep = start_replicator(_lanes_config(src, dst, tmp_path, lanes=4))
+    try:
+        wait_for(lambda: "refused source sequence 1501" in rep.output(10**9), 120, "the refusal", rep)
+        time.sleep(8)  # published again from the checkpoint, each time after the duplicate window
+
+        async def raise_limit() -> None:
+            nc = await nats.connect(dst)
+            try:
+                info = await nc.jetstream().stream_info("ORDERS")
+                info.config.max_msg_size = -1
+                await nc.jetstream().update_stream(info.config)
+            finally:
+                await nc.close()
+
+        run(raise_limit())
+        wait_for(lambda: run(count(dst, "ORDERS")) >= len(items), 120, "every message copied", rep)
+        time.sleep(3)  # anything doubled lands too
+    finally:
+        assert rep.stop() == 0, rep.output()
+    want, got = _copies_by_subject(src, dst)
+    assert got == want, {s: (len(want[s]), len(got.get(s, []))) for s in want if got.get(s) != want[s]}
