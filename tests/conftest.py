@@ -45,3 +45,11 @@ def target_of_each_kind(request: pytest.FixtureRequest) -> Iterator[tuple[NatsCl
     Yields the cluster and the replicas its streams should have."""
     with nats_cluster(request.param, "target") as c:
         yield c, request.param
+
+
+@pytest.fixture
+def source_like_target(target_of_each_kind: tuple[NatsCluster, int]) -> Iterator[NatsCluster]:
+    """A source of the same kind as `target_of_each_kind`: one server, or a 3-node cluster."""
+    _, replicas = target_of_each_kind
+    with nats_cluster(replicas, "source") as c:
+        yield c

@@ -1,6 +1,8 @@
 """A target that refuses a message: the copy stops right before it (nothing after it lands, so
 the target never holds a gap), says which sequence and which limit, and continues exactly once
-the target takes it. A target with another writer is still copied exactly and in order."""
+the target takes it. A target with another writer is still copied exactly and in order. Both
+run on single servers and on 3-server clusters with R3 streams (refusals come from the stream's
+leader, acks after replication)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from helpers import (
     write_config,
 )
 from nats.js.api import StreamConfig
+from nats_servers import NatsCluster
 
 from harness.streams import count_messages as count
 
@@ -28,7 +31,7 @@ pytestmark = pytest.mark.integration
 
 
 async def _update_stream(url: str, cfg: StreamConfig) -> None:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))
     try:
         await nc.jetstream().update_stream(cfg)
     finally:
@@ -36,18 +39,19 @@ async def _update_stream(url: str, cfg: StreamConfig) -> None:
 
 
 def test_a_refused_message_stops_the_copy_before_it_until_the_target_takes_it(
-    source_server, nats_server, tmp_path: Path
+    source_like_target: NatsCluster, target_of_each_kind: tuple[NatsCluster, int], tmp_path: Path
 ) -> None:
-    src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "S", ["s.>"]))
+    target, r = target_of_each_kind
+    src, dst = source_like_target.url, target.url
+    run(create_stream(src, "S", ["s.>"], num_replicas=r))
     # 3,000 ~1 KB messages; sequence 1,500 is 20 KB; from 2,001 on some go to s.b.*.
     items = [(f"s.a.{i % 7}", registration(i, 20_000 if i == 1499 else 1000), None) for i in range(2000)]
     items += [(f"s.{'b' if i % 5 == 0 else 'a'}.{i % 7}", registration(i), None) for i in range(2000, 3000)]
     run(publish(src, items))
-    big = StreamConfig(name="BIG", subjects=["s.>"], max_msg_size=8192, allow_direct=True)
-    narrow = StreamConfig(name="NARROW", subjects=["n.s.a.>"], allow_direct=True)
-    run(create_stream(dst, "BIG", ["s.>"], max_msg_size=8192))
-    run(create_stream(dst, "NARROW", ["n.s.a.>"]))
+    big = StreamConfig(name="BIG", subjects=["s.>"], max_msg_size=8192, allow_direct=True, num_replicas=r)
+    narrow = StreamConfig(name="NARROW", subjects=["n.s.a.>"], allow_direct=True, num_replicas=r)
+    run(create_stream(dst, "BIG", ["s.>"], max_msg_size=8192, num_replicas=r))
+    run(create_stream(dst, "NARROW", ["n.s.a.>"], num_replicas=r))
     cfg = write_config(
         tmp_path / "sr.yaml",
         "dc1",
@@ -86,17 +90,18 @@ def ours(url: str) -> list[int]:
 
 
 def test_a_target_with_another_writer_is_copied_exactly_and_in_order(
-    source_server, nats_server, tmp_path: Path
+    source_like_target: NatsCluster, target_of_each_kind: tuple[NatsCluster, int], tmp_path: Path
 ) -> None:
-    src, dst = source_server.url, nats_server.url
+    target, r = target_of_each_kind
+    src, dst = source_like_target.url, target.url
     n = 20_000
-    run(create_stream(src, "S", ["s.>"]))
+    run(create_stream(src, "S", ["s.>"], num_replicas=r))
     run(publish(src, [(f"s.{i % 11}", registration(i, 500), None) for i in range(n)]))
-    run(create_stream(dst, "FANIN", ["s.>", "other.>"]))
+    run(create_stream(dst, "FANIN", ["s.>", "other.>"], num_replicas=r))
     stop = threading.Event()
 
     async def other_writer() -> int:  # another data centre's replicator, say
-        nc = await nats.connect(dst)
+        nc = await nats.connect(dst.split(","))
         js, sent = nc.jetstream(), 0
         try:
             while not stop.is_set():

@@ -18,11 +18,12 @@ from replicator.nats.connect import open_connection
 
 
 def test_publishes_not_sent_when_the_connection_dropped_are_not_sent_after_it(
-    nats_server: NatsCluster,
+    target_of_each_kind: tuple[NatsCluster, int],
 ) -> None:
-    url = nats_server.url
-    run(create_stream(url, "P", ["p.>"]))
-    port = int(url.rsplit(":", 1)[1])
+    target, replicas = target_of_each_kind
+    url = target.url
+    run(create_stream(url, "P", ["p.>"], num_replicas=replicas))
+    port = int(url.split(",")[0].rsplit(":", 1)[1])  # the link to the first server
     with FaultProxy(port) as link:
 
         async def publish_then_lose_the_link() -> None:
