@@ -45,10 +45,10 @@ pytestmark = pytest.mark.integration
 TTL_S = 5.0
 
 
-async def create_bucket(url: str, ttl: float) -> None:
-    nc = await nats.connect(url)
+async def create_bucket(url: str, ttl: float, replicas: int = 1) -> None:
+    nc = await nats.connect(url.split(","))
     try:
-        await nc.jetstream().create_key_value(KeyValueConfig(bucket=BUCKET, ttl=ttl))
+        await nc.jetstream().create_key_value(KeyValueConfig(bucket=BUCKET, ttl=ttl, replicas=replicas))
     finally:
         await nc.close()
 

@@ -272,68 +272,89 @@ def test_source_links_cut_and_the_streams_leader_lost(
     assert "Traceback" not in rep.output(10**9)
 
 
-async def _stream_leader(url: str) -> str:
+async def _stream_leader(url: str, stream: str = "REG") -> str:
     nc = await nats.connect(url.split(","))
     try:
-        info = await nc.jetstream().stream_info("REG")
+        info = await nc.jetstream().stream_info(stream)
         assert info.cluster is not None and info.cluster.leader
         return info.cluster.leader
     finally:
         await nc.close()
 
 
+@pytest.mark.parametrize("size", [1, 3], ids=["single", "r3"])
 def test_a_sampled_stream_through_cuts_a_half_open_link_and_restarts_copies_and_advises_once(
-    source: NatsCluster, target: NatsCluster, tmp_path: Path
+    size: int, tmp_path: Path
 ) -> None:
     """Sampling and advisories across faults on both sides while a fleet publishes: every copy
-    and every advisory exactly as the rules give them, none lost, none twice."""
-    src, dst = source.url, target.url
-    run(create_stream(src, "REG", SUBJECTS))
-    run(create_stream(src, "ADV", ["choria.adv.>"]))
-    scenario = fleet_file(
-        tmp_path / "fleet.yaml",
-        "4h",  # 24 s of publishing at 600x
-        [
-            {"type": "down", "at": "40m", "duration": "40m", "count": 10},  # timeout, recover
-            {"type": "down", "at": "60m", "duration": "100m", "count": 6},  # timeout, expire, new
-            {"type": "metadata", "at": "90m", "bytes": 600, "count": 10},  # size trigger
-        ],
-    )
-    with FaultProxy(_port(src)) as src_link, FaultProxy(_port(dst)) as dst_link:
-        cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src_link.url, dst_link.url)])
-        rep = start_replicator(cfg)
+    and every advisory exactly as the rules give them, none lost, none twice. On single
+    servers, and on 3-server clusters with R3 streams, each server behind a proxy of its own
+    and the server leading each stream restarted."""
+    with local_cluster(size, "source") as source, local_cluster(size, "target") as target:
+        src, dst = source.url, target.url
+        run(create_stream(src, "REG", SUBJECTS, num_replicas=size))
+        run(create_stream(src, "ADV", ["choria.adv.>"], num_replicas=size))
+        scenario = fleet_file(
+            tmp_path / "fleet.yaml",
+            "4h",  # 24 s of publishing at 600x
+            [
+                {"type": "down", "at": "40m", "duration": "40m", "count": 10},  # timeout, recover
+                {"type": "down", "at": "60m", "duration": "100m", "count": 6},  # timeout, expire, new
+                {"type": "metadata", "at": "90m", "bytes": 600, "count": 10},  # size trigger
+            ],
+        )
+        src_links = [FaultProxy(x.port).start() for x in source.servers]
+        dst_links = [FaultProxy(x.port).start() for x in target.servers]
         try:
-            rep.wait_ready(120)
-            fleet = subprocess.Popen(
-                [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(scenario), "--url", src],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            )  # fmt: skip
-            time.sleep(3)
-            dst_link.cut()  # the target unreachable
-            time.sleep(4)
-            dst_link.restore()
-            time.sleep(2)
-            src_link.half_open()  # the source link goes silent
-            time.sleep(4)
-            src_link.restore()
-            time.sleep(2)
-            target.servers[0].stop()  # the target server restarted
-            time.sleep(2)
-            target.servers[0].start()
-            time.sleep(2)
-            source.servers[0].stop()  # the source server restarted (the fleet rides it out)
-            time.sleep(2)
-            source.servers[0].start()
-            assert fleet.wait(180) == 0, fleet.stderr.read() if fleet.stderr else ""
-            want_copied, want_advs = settle_expected(src, dst, rep)
+            urls = (",".join(x.url for x in src_links), ",".join(x.url for x in dst_links))
+            cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(*urls)])
+            rep = start_replicator(cfg)
+            try:
+                rep.wait_ready(120)
+                fleet = subprocess.Popen(
+                    [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(scenario), "--url", src],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                )  # fmt: skip
+                time.sleep(3)
+                for link in dst_links:  # the target unreachable
+                    link.cut()
+                time.sleep(4)
+                for link in dst_links:
+                    link.restore()
+                time.sleep(2)
+                for link in src_links:  # the source links go silent
+                    link.half_open()
+                time.sleep(4)
+                for link in src_links:
+                    link.restore()
+                time.sleep(2)
+                _restart_leader(target, "REG", 2)  # the target stream's server restarted
+                time.sleep(2)
+                _restart_leader(source, "REG", 2)  # the source's (the fleet rides it out)
+                assert fleet.wait(180) == 0, fleet.stderr.read() if fleet.stderr else ""
+                want_copied, want_advs = settle_expected(src, dst, rep)
+            finally:
+                assert rep.stop() == 0, rep.output()
         finally:
-            assert rep.stop() == 0, rep.output()
-    copied_seqs, advs, docs = got(src, dst, "REG", "ADV", "dc1")
+            for link in src_links + dst_links:
+                link.stop()
+        copied_seqs, advs, docs = got(src, dst, "REG", "ADV", "dc1")
     assert copied_seqs == want_copied
     assert advs == want_advs
     events = Counter(e for _, e, _ in advs)
     assert events["recover"] >= 10 and events["expire"] >= 6
     assert len({d["event_id"] for d in docs}) == len(docs)
+
+
+def _restart_leader(cluster: NatsCluster, stream: str, down_s: float) -> None:
+    """The server leading `stream` (the only one of a single server) stopped, started again."""
+    server = cluster.servers[0]
+    if len(cluster.servers) > 1:
+        leader = run(_stream_leader(cluster.url, stream))
+        server = next(x for x in cluster.servers if x.name == leader)
+    server.stop()
+    time.sleep(down_s)
+    server.start()
 
 
 def test_a_backlog_read_while_the_source_streams_leader_is_killed_and_back_10s_later_is_whole(

@@ -1,18 +1,20 @@
 """The election's lease under the faults that break leases in production: a process that stalls
 past the bucket's TTL and wins the key back, a kill -9 and a fast restart, a clean stop. Each
-ends with the target holding every source message once, in order (issue 28, holes 1-3)."""
+ends with the target holding every source message once, in order (issue 28, holes 1-3). Each
+runs on single servers and on 3-server clusters with R3 streams and an R3 election bucket."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import nats
 import pytest
 from helpers import create_stream, run, start_replicator, wait_for, write_config
 
-from harness.localnats import NatsCluster
+from harness.localnats import NatsCluster, local_cluster
 from harness.process import ReplicatorProcess
 from harness.streams import copy_differences, read_all
 from harness.streams import count_messages as count
@@ -20,7 +22,7 @@ from replicator.headers import SOURCE_HEADER, parse_source_header
 from replicator.nats.wire import first_value
 
 from .test_election import create_bucket, entry
-from .test_faults import LivePublisher, _create_source, source, target  # noqa: F401 (fixtures)
+from .test_faults import LivePublisher, _create_source
 from .test_sampling import SUBJECTS, sampling_stream
 
 pytestmark = pytest.mark.integration
@@ -28,9 +30,28 @@ pytestmark = pytest.mark.integration
 TTL_S = 3.0
 
 
+@pytest.fixture(params=[1, 3], ids=["single", "r3"])
+def size(request: pytest.FixtureRequest) -> int:
+    """Servers in each cluster, and replicas of each stream and of the election's bucket."""
+    return int(request.param)
+
+
+@pytest.fixture
+def source(size: int) -> Iterator[NatsCluster]:
+    with local_cluster(size, "source") as c:
+        yield c
+
+
+@pytest.fixture
+def target(size: int) -> Iterator[NatsCluster]:
+    with local_cluster(size, "target") as c:
+        yield c
+
+
 def test_a_leader_that_stalls_past_the_ttl_and_wins_the_key_back_loses_nothing(
-    source: NatsCluster,  # noqa: F811
-    target: NatsCluster,  # noqa: F811
+    source: NatsCluster,
+    target: NatsCluster,
+    size: int,
     tmp_path: Path,
 ) -> None:
     """One leader-elected instance, alone: frozen (SIGSTOP) for longer than the TTL, four times,
@@ -39,8 +60,8 @@ def test_a_leader_that_stalls_past_the_ttl_and_wins_the_key_back_loses_nothing(
     read again after it, from where the target's copy ends: nothing is lost (before the fix, a
     batch read after the lease ended was committed empty, and the takeover continued after it)."""
     src, dst = source.url, target.url
-    run(_create_source(src))
-    run(create_bucket(src, TTL_S))
+    run(_create_source(src, size))
+    run(create_bucket(src, TTL_S, size))
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry(src, dst, "host-a")])
     rep = start_replicator(cfg)
     try:
@@ -67,8 +88,9 @@ def test_a_leader_that_stalls_past_the_ttl_and_wins_the_key_back_loses_nothing(
 
 
 def test_a_sampled_leader_that_lost_its_lease_campaigns_again_and_copies_on(
-    source: NatsCluster,  # noqa: F811
-    target: NatsCluster,  # noqa: F811
+    source: NatsCluster,
+    target: NatsCluster,
+    size: int,
     tmp_path: Path,
 ) -> None:
     """A sampled entry stands by when its lease ends (its query stops); its election must go
@@ -76,9 +98,9 @@ def test_a_sampled_leader_that_lost_its_lease_campaigns_again_and_copies_on(
     first registration (before the fix, standing by closed the connection the election used:
     every later campaign failed while /readyz said ready)."""
     src, dst = source.url, target.url
-    run(create_stream(src, "REG", SUBJECTS))
-    run(create_stream(src, "ADV", ["choria.adv.>"]))
-    run(create_bucket(src, TTL_S))
+    run(create_stream(src, "REG", SUBJECTS, num_replicas=size))
+    run(create_stream(src, "ADV", ["choria.adv.>"], num_replicas=size))
+    run(create_bucket(src, TTL_S, size))
     cfg = write_config(
         tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst, leader_election_name="host-a")]
     )
@@ -99,16 +121,17 @@ def test_a_sampled_leader_that_lost_its_lease_campaigns_again_and_copies_on(
 
 
 def test_a_clean_stop_hands_the_key_over_before_it_could_expire(
-    source: NatsCluster,  # noqa: F811
-    target: NatsCluster,  # noqa: F811
+    source: NatsCluster,
+    target: NatsCluster,
+    size: int,
     tmp_path: Path,
 ) -> None:
     """SIGTERM of the leader: it finishes its batch, then deletes the key, so the standby leads
     at once rather than after the TTL. With a TTL of 120 s, the standby leading within it can
     only be the handover (a's delete of the key)."""
     src, dst = source.url, target.url
-    run(_create_source(src))
-    run(create_bucket(src, 120))
+    run(_create_source(src, size))
+    run(create_bucket(src, 120, size))
     procs = []
     for side in ("a", "b"):
         (tmp_path / side).mkdir()
@@ -134,7 +157,7 @@ def test_a_clean_stop_hands_the_key_over_before_it_could_expire(
 
 
 async def _publish_sender(url: str, sender: str) -> None:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))
     try:
         await nc.jetstream().publish(
             "choria.stream.input.registration.x", json.dumps({"sender": sender, "pad": "x" * 500}).encode()
@@ -148,8 +171,9 @@ async def _senders(url: str) -> set[str]:
 
 
 def test_instances_named_per_host_continue_each_others_copies(
-    source: NatsCluster,  # noqa: F811
-    target: NatsCluster,  # noqa: F811
+    source: NatsCluster,
+    target: NatsCluster,
+    size: int,
     tmp_path: Path,
 ) -> None:
     """A fleet templates the top-level `name` from the host name: two instances of one elected
@@ -157,8 +181,8 @@ def test_instances_named_per_host_continue_each_others_copies(
     the standby continues after the leader's last copy (before the fix it found no copy of its
     own and copied the whole stream again: 25,848 duplicates of 28,298 in one run)."""
     src, dst = source.url, target.url
-    run(_create_source(src))
-    run(create_bucket(src, TTL_S))
+    run(_create_source(src, size))
+    run(create_bucket(src, TTL_S, size))
     for side in ("a", "b"):
         (tmp_path / side).mkdir()
         write_config(
