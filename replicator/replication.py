@@ -25,6 +25,7 @@ from replicator.logs import stream_logger
 from replicator.metrics import metrics
 from replicator.nats.connect import ConnectError, open_connection
 from replicator.nats.jetstream import (
+    answered,
     as_start_time,
     ensure_target_stream,
     find_last_copied,
@@ -158,29 +159,14 @@ class StreamReplication:
         if info is None:
             return False
         self._source_direct = bool(info.config.allow_direct)
-        if s.leader_election_name:
-            go = await go_source_initiated_consumer(self._source_nc, s.stream, s.name)
-            if go is not None:
-                self.log.warning(
-                    "the source stream has consumer %s, kept by the Go stream-replicator in its source-initiated "
-                    "mode: a Go instance in this election that takes over copies again everything copied since "
-                    "it last led; run it with target_initiated: true (or delete the consumer once it is gone)",
-                    go,
-                )
-        target = await open_connection(s.target_url, s.target_tls, name=f"sr-target-setup-{s.name}")
-        try:
-            await ensure_target_stream(
-                target,
-                info,
-                s.target_stream,
-                s.target_subject_prefix,
-                s.target_subject_remove,
-                create=not s.no_target_create,
-            )
-            owner = self.copy_owner(info)
-            floor = await find_last_copied(target, s.target_stream, owner) or 0
-        finally:
-            await target.close()
+        found = await answered(
+            lambda: self._look_at_target(info),
+            f"JetStream on {parse_nats_url(s.target_url).redacted()}",
+            stop,
+        )
+        if found is None:
+            return False
+        owner, floor = found
         if floor and floor > info.state.last_seq:
             self.log.warning(
                 "the target holds copies up to source sequence %d but the source ends at %d: the "
@@ -238,6 +224,33 @@ class StreamReplication:
                 filter_subject=s.filter_subject,
             )
         return True
+
+    async def _look_at_target(self, info: Any) -> tuple[CopyOwner, int]:
+        """The target stream made sure of, and this entry's last copy in it (0: none)."""
+        s = self.s
+        if s.leader_election_name:
+            go = await go_source_initiated_consumer(self._source_nc, s.stream, s.name)
+            if go is not None:
+                self.log.warning(
+                    "the source stream has consumer %s, kept by the Go stream-replicator in its source-initiated "
+                    "mode: a Go instance in this election that takes over copies again everything copied since "
+                    "it last led; run it with target_initiated: true (or delete the consumer once it is gone)",
+                    go,
+                )
+        target = await open_connection(s.target_url, s.target_tls, name=f"sr-target-setup-{s.name}")
+        try:
+            await ensure_target_stream(
+                target,
+                info,
+                s.target_stream,
+                s.target_subject_prefix,
+                s.target_subject_remove,
+                create=not s.no_target_create,
+            )
+            owner = self.copy_owner(info)
+            return owner, await find_last_copied(target, s.target_stream, owner) or 0
+        finally:
+            await target.close()
 
     def copy_owner(self, info: Any) -> CopyOwner:
         """Which copies in the target are this entry's (headers.CopyOwner), given the source

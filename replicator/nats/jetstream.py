@@ -6,21 +6,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import StreamConfig, StreamInfo
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, CopyOwner, parse_source_header
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.readers import DirectReader, RawMessage, read_chunks
 from replicator.nats.wire import first_value
 from replicator.subjects import rewrite_subject
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,33 @@ async def wait_for_stream(
             )
             logged = True
         await asyncio.sleep(interval)
+    return None
+
+
+async def answered(
+    step: Callable[[], Awaitable[T]],
+    where: str,
+    stop: Callable[[], bool] = lambda: False,
+    interval: float = 2.0,
+) -> T | None:
+    """`step()`, tried again every `interval` while JetStream does not answer it (a server
+    starting, a cluster still electing its leaders: no responders, a timeout, 503), logging
+    once; None if `stop()` became true first. Any other error is raised."""
+    logged = False
+    while not stop():
+        try:
+            result = await step()
+        except (NoRespondersError, NatsTimeoutError, ServiceUnavailableError) as e:
+            if not logged:
+                log.warning(
+                    "JetStream on %s is not answering (%s); waiting", where, str(e) or type(e).__name__
+                )
+                logged = True
+            await asyncio.sleep(interval)
+            continue
+        if logged:
+            log.info("JetStream on %s answers again", where)
+        return result
     return None
 
 
