@@ -32,6 +32,8 @@ def test_closing_a_lab_from_inside_one_of_its_hosts_kills_what_runs_there_but_no
         print("closer alive", flush=True)
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["sleeper -9", "closer alive"]
