@@ -169,21 +169,23 @@ class NatsCluster:
                 c.stop()  # type: ignore[attr-defined]
 
 
-def _write_config(
+def write_server_config(
     path: Path,
     name: str,
     port: int,
     store: Path,
     cluster: str | None = None,
     cluster_port: int = 0,
-    routes: list[int] | None = None,
+    routes: list[str] | None = None,
     extra: str = "",
     js_domain: str = "",
     max_file_store: str = "8GB",
+    host: str = "127.0.0.1",
 ) -> None:
+    """A JetStream server's config; `routes`: the other cluster members' "address:port"."""
     lines = [
         f'server_name: "{name}"',
-        "host: 127.0.0.1",
+        f"host: {host}",
         f"port: {port}",
         f'jetstream {{ store_dir: "{store}", max_memory_store: 256MB, max_file_store: {max_file_store}'
         + (f', domain: "{js_domain}"' if js_domain else "")
@@ -191,9 +193,9 @@ def _write_config(
         "max_payload: 8MB",
     ]
     if cluster:
-        route_urls = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in routes or [])
+        route_urls = ", ".join(f'"nats-route://{r}"' for r in routes or [])
         lines.append(
-            f'cluster {{ name: "{cluster}", host: 127.0.0.1, port: {cluster_port}, routes: [{route_urls}] }}'
+            f'cluster {{ name: "{cluster}", host: {host}, port: {cluster_port}, routes: [{route_urls}] }}'
         )
     if extra:
         lines.append(extra)
@@ -238,14 +240,14 @@ def _start_binary_cluster(
         d = base / sname
         d.mkdir(parents=True, exist_ok=True)
         cfg = d / "server.conf"
-        _write_config(
+        write_server_config(
             cfg,
             sname,
             ports[i],
             d / "store",
             cluster=name if size > 1 else None,
             cluster_port=cports[i] if size > 1 else 0,
-            routes=[p for j, p in enumerate(cports) if j != i] if size > 1 else None,
+            routes=[f"127.0.0.1:{p}" for j, p in enumerate(cports) if j != i] if size > 1 else None,
             extra=extra,
             js_domain=js_domain,
             max_file_store=max_file_store,

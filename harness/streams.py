@@ -36,20 +36,25 @@ async def read_digested(
     digest: Callable[[list[RawMessage]], list[T]],
     filter_subject: str = "",
     tls: TLSSettings | None = None,
+    tail: int = 0,
 ) -> list[T]:
     """What `digest` keeps of each chunk of `stream`'s messages (those matching
-    `filter_subject`), in sequence order: a check of a stream larger than memory keeps only
-    what it compares (a sender and a size, a header)."""
+    `filter_subject`; with `tail`, of its last `tail` sequences only), in sequence order: a
+    check of a stream larger than memory keeps only what it compares (a sender and a size, a
+    header)."""
     nc = await open_connection(url, tls, name="harness-read", pending_size=256 * 1024 * 1024)
     try:
         info = await stream_info(nc, stream)
         if info is None or info.state.messages == 0:
             return []
+        first = int(info.state.first_seq)
+        if tail:
+            first = max(first, int(info.state.last_seq) - tail + 1)
         out: list[T] = []
         async for chunk in read_chunks(
             nc,
             stream,
-            info.state.first_seq,
+            first,
             info.state.last_seq + 1,
             direct=bool(info.config.allow_direct),
             filter_subject=filter_subject,

@@ -77,10 +77,21 @@ class CopyOwner:
     replicator: str
     config_name: str
     elected_identity: str = ""
+    # What this entry's Nats-Msg-Ids are made of now (message_id), ending in the source stream's
+    # creation: a copy whose id has the same beginning and another creation is of a deleted and
+    # recreated source stream, and vouches for nothing in this one.
+    incarnation: str = ""
 
     def owns(self, mark: SourceMark | None, msg_id: str | None) -> bool:
         if mark is None or (mark.stream, mark.config_name) != (self.source_stream, self.config_name):
             return False
+        if self.incarnation and msg_id and ":" in msg_id:
+            made_of = msg_id.rpartition(":")[0]
+            if (
+                made_of != self.incarnation
+                and made_of.rpartition(".")[0] == self.incarnation.rpartition(".")[0]
+            ):
+                return False
         if mark.replicator == self.replicator:
             return True
         return bool(self.elected_identity) and (msg_id or "").startswith(f"{self.elected_identity}:")

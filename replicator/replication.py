@@ -27,6 +27,7 @@ from replicator.nats.connect import ConnectError, open_connection
 from replicator.nats.jetstream import (
     answered,
     as_start_time,
+    copies_in_range,
     ensure_target_stream,
     find_last_copied,
     go_source_initiated_consumer,
@@ -159,10 +160,17 @@ class StreamReplication:
         if info is None:
             return False
         self._source_direct = bool(info.config.allow_direct)
+        if s.leader_election_name:
+            go = await go_source_initiated_consumer(self._source_nc, s.stream, s.name)
+            if go is not None:
+                self.log.warning(
+                    "the source stream has consumer %s, kept by the Go stream-replicator in its source-initiated "
+                    "mode: a Go instance in this election that takes over copies again everything copied since "
+                    "it last led; run it with target_initiated: true (or delete the consumer once it is gone)",
+                    go,
+                )
         found = await answered(
-            lambda: self._look_at_target(info),
-            f"JetStream on {parse_nats_url(s.target_url).redacted()}",
-            stop,
+            lambda: self._look_at_target(info), parse_nats_url(s.target_url).redacted(), stop
         )
         if found is None:
             return False
@@ -228,15 +236,6 @@ class StreamReplication:
     async def _look_at_target(self, info: Any) -> tuple[CopyOwner, int]:
         """The target stream made sure of, and this entry's last copy in it (0: none)."""
         s = self.s
-        if s.leader_election_name:
-            go = await go_source_initiated_consumer(self._source_nc, s.stream, s.name)
-            if go is not None:
-                self.log.warning(
-                    "the source stream has consumer %s, kept by the Go stream-replicator in its source-initiated "
-                    "mode: a Go instance in this election that takes over copies again everything copied since "
-                    "it last led; run it with target_initiated: true (or delete the consumer once it is gone)",
-                    go,
-                )
         target = await open_connection(s.target_url, s.target_tls, name=f"sr-target-setup-{s.name}")
         try:
             await ensure_target_stream(
@@ -263,7 +262,7 @@ class StreamReplication:
         if s.leader_election_name:
             created_us = int(info.created.timestamp() * 1_000_000) if info.created else 0
             elected = f"{election_key(s.name, s.stream)}.{created_us}"
-        return CopyOwner(s.stream, self.cfg.name, s.name, elected)
+        return CopyOwner(s.stream, self.cfg.name, s.name, elected, elected or self._copy_identity(info))
 
     def _copy_identity(self, info: Any) -> str:
         """What each copy's Nats-Msg-Id is made of, with its source sequence (not elected)."""
@@ -318,6 +317,8 @@ class StreamReplication:
         left = record.read() if record is not None else None
         if record is None or left is None:
             return
+        if left.unchained:
+            self._fill_gaps(left.first_seq, min(left.last_seq, self.sink.floor))
         first = max(left.first_seq, self.sink.floor + 1)
         if first <= left.last_seq:
             self.log.info("publishing source sequences %d-%d, left in flight when it last stopped", first, left.last_seq)  # fmt: skip
@@ -325,6 +326,47 @@ class StreamReplication:
                 self.sink.republish(pa.Table.from_batches([to_record_batch(self.s.stream, chunk)]))
         self.sink.floor = max(self.sink.floor, left.last_seq)
         record.clear()
+
+    def _fill_gaps(self, first: int, last: int) -> None:
+        """Copies the target lacks between `first` and `last`, at or below its last copy of
+        ours, published now. A chained batch never leaves a copy after a gap; an unchained one
+        (`chain_copies: false`, a target with another writer) that failed mid-way can: copy k
+        refused or lost, k+1 onwards stored. Resuming after the target's last copy would then
+        skip k for good."""
+        assert self.sink is not None
+        if first > last:
+            return
+        sink = self.sink
+
+        async def present() -> set[int] | None:
+            nc = await sink._conn()
+            return await copies_in_range(nc, self.s.target_stream, sink.settings.owner, first, last)
+
+        held = self.loop.run(present(), 120)
+        if held is not None and len(held) == last - first + 1:
+            return  # all there: nothing to read again
+        if held is None:
+            self.log.warning(
+                "the target's last 20,000 messages do not reach back to source sequence %d (other writers): "
+                "publishing %d-%d again, unchained, for the duplicate window to drop what it holds",
+                first,
+                first,
+                last,
+            )
+        gaps = 0
+        for chunk in read_range_chunks(self.reader_options(), first, last + 1):
+            missing = [m for m in chunk if held is None or m.seq not in held]
+            if missing:
+                gaps += len(missing)
+                sink.fill_gaps(pa.Table.from_batches([to_record_batch(self.s.stream, missing)]))
+        if gaps:
+            self.log.warning(
+                "the target lacked %d copies of source sequences %d-%d, below copies it held (an unchained "
+                "batch failed mid-way when it last stopped): published them now, after those",
+                gaps,
+                first,
+                last,
+            )
 
     def start(self, spark: SparkSession) -> StreamingQuery:
         assert self.sink is not None, "prepare() first"

@@ -33,16 +33,14 @@ from nats.js.api import KeyValueConfig, StreamConfig, StreamSource
 
 from harness.chaos.checker import Copy, copy_with_deletes, exact_copy, handovers, overlapping_publishers
 from harness.chaos.schedule import Fault, Topology, draw, replay_command
-from harness.localnats import NatsServer, wait_jetstream
+from harness.localnats import NatsServer, wait_jetstream, write_server_config
 from harness.netns import Host, Lab
 from harness.process import ReplicatorProcess, readiness
 from harness.scenario.truth import advisory_keys, compare_advisories, compare_copies, digest, ground_truth
 from harness.streams import read_digested
 from replicator.election import BUCKET
 from replicator.headers import SOURCE_HEADER, parse_source_header
-from replicator.nats.connect import open_connection
-from replicator.nats.jetstream import stream_info
-from replicator.nats.readers import read_chunks
+from replicator.nats.readers import RawMessage
 from replicator.nats.wire import first_value
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import SamplingParams
@@ -98,12 +96,10 @@ class Cluster:
         for h, address in zip(hosts, addresses, strict=True):
             d = base / h.name
             d.mkdir(parents=True, exist_ok=True)
-            routes = ", ".join(f'"nats-route://{a}:6222"' for a in addresses if a != address)
-            (d / "server.conf").write_text(
-                f'server_name: "{h.name}"\nhost: {address}\nport: 4222\nmax_payload: 8MB\n'
-                f'jetstream {{ store_dir: "{d / "store"}", max_memory_store: 256MB, max_file_store: 4GB }}\n'
-                f'cluster {{ name: "{name}", host: {address}, port: 6222, routes: [{routes}] }}\n'
-            )
+            write_server_config(
+                d / "server.conf", h.name, 4222, d / "store", cluster=name, cluster_port=6222,
+                routes=[f"{a}:6222" for a in addresses if a != address], max_file_store="4GB", host=address,
+            )  # fmt: skip
             self.servers.append(
                 NatsServer(h.name, 4222, d / "server.conf", log_file=d / "server.log", host=address,
                            prefix=h.command([]))
@@ -146,7 +142,7 @@ async def create_streams(src: str, dst: str) -> None:
     nc = await _connect(dst)
     try:
         js = nc.jetstream()
-        for entry, (_, target, prefix, _) in ENTRIES.items():
+        for _, target, prefix, _ in ENTRIES.values():
             # Short, for the quiet-server-kill: a copy published again after it must be skipped,
             # not dropped by the window (order: subject's replay check, docs/design.md).
             window = TOPO.duplicate_window
@@ -449,24 +445,16 @@ def _together(calls: list[Callable[[], object]]) -> None:
 
 async def _read(url: str, stream: str, tail: int = 0) -> list[Copy]:
     """The stream's messages (with `tail`, only the last `tail` of them) as copies."""
-    nc = await open_connection(url, name="chaos-read", pending_size=256 * 1024 * 1024)
-    try:
-        info = await stream_info(nc, stream)
-        raw = []
-        if info is not None and info.state.messages:
-            first = (
-                max(info.state.first_seq, info.state.last_seq - tail + 1) if tail else info.state.first_seq
-            )
-            async for chunk in read_chunks(nc, stream, first, info.state.last_seq + 1, direct=True):
-                raw += chunk
-    finally:
-        await nc.close()
-    out = []
-    for m in raw:
-        mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
-        seq, who = (mark.sequence, mark.replicator) if mark else (m.seq, "")
-        out.append(Copy(seq, m.subject.split(".", 1)[1] if mark else m.subject, who, m.ts_ns, m.data))
-    return out
+
+    def as_copies(chunk: list[RawMessage]) -> list[Copy]:
+        out = []
+        for m in chunk:
+            mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
+            seq, who = (mark.sequence, mark.replicator) if mark else (m.seq, "")
+            out.append(Copy(seq, m.subject.split(".", 1)[1] if mark else m.subject, who, m.ts_ns, m.data))
+        return out
+
+    return await read_digested(url, stream, as_copies, tail=tail)
 
 
 async def _with(url: str, fn: Callable[[Any], Any]) -> Any:

@@ -19,7 +19,7 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, CopyOwner, parse_source_header
 from replicator.nats.client import ReplicatorClient
-from replicator.nats.readers import DirectReader, RawMessage, read_chunks
+from replicator.nats.readers import DirectReader, RawMessage, ReadInterrupted, read_chunks
 from replicator.nats.wire import first_value
 from replicator.subjects import rewrite_subject
 
@@ -92,20 +92,29 @@ async def wait_for_stream(
     return None
 
 
+# JetStream's answers that say it is not set up, not that it is busy: retrying does not help.
+NOT_ENABLED = (10039, 10076)  # JetStream not enabled for the account, or on the server
+
+
 async def answered(
     step: Callable[[], Awaitable[T]],
     where: str,
     stop: Callable[[], bool] = lambda: False,
     interval: float = 2.0,
 ) -> T | None:
-    """`step()`, tried again every `interval` while JetStream does not answer it (a server
-    starting, a cluster still electing its leaders: no responders, a timeout, 503), logging
-    once; None if `stop()` became true first. Any other error is raised."""
+    """`step()`, tried again every `interval` while JetStream on `where` does not answer it (a
+    server starting, a cluster still electing its leaders: no responders, a timeout, 503, a
+    read cut short or a leader not holding a range yet), logging once; None if `stop()` became
+    true first. Any other error is raised, and so is a 503 that says JetStream is off."""
     logged = False
     while not stop():
         try:
             result = await step()
-        except (NoRespondersError, NatsTimeoutError, ServiceUnavailableError) as e:
+        except (NoRespondersError, TimeoutError, ReadInterrupted, APIError) as e:
+            if isinstance(e, APIError) and (
+                not isinstance(e, ServiceUnavailableError) or e.err_code in NOT_ENABLED
+            ):
+                raise
             if not logged:
                 log.warning(
                     "JetStream on %s is not answering (%s); waiting", where, str(e) or type(e).__name__
@@ -294,6 +303,40 @@ async def find_last_copied(
                 return mark.sequence
         hi = lo - 1
     return None
+
+
+async def copies_in_range(
+    target: ReplicatorClient,
+    target_stream: str,
+    owner: CopyOwner,
+    first: int,
+    last: int,
+    scan_limit: int = 20_000,
+) -> set[int] | None:
+    """The source sequences from `first` to `last` that `owner` has copies of in the target,
+    read back from its tail until a copy of the owner's before `first`; None when the last
+    `scan_limit` messages do not reach back that far (a target shared with busy writers)."""
+    info = await stream_info(target, target_stream)
+    if info is None or info.state.messages == 0:
+        return set()
+    bottom = max(info.state.first_seq, 1)
+    floor = max(bottom, info.state.last_seq - scan_limit + 1)
+    found: set[int] = set()
+    hi = info.state.last_seq
+    while hi >= floor:
+        lo = max(floor, hi - 999)
+        chunks = read_chunks(target, target_stream, lo, hi + 1, direct=bool(info.config.allow_direct))
+        msgs = [m async for chunk in chunks for m in chunk]
+        for m in reversed(msgs):
+            mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
+            if mark is None or not owner.owns(mark, first_value(m.headers, MSG_ID_HEADER)):
+                continue
+            if mark.sequence < first:
+                return found
+            if mark.sequence <= last:
+                found.add(mark.sequence)
+        hi = lo - 1
+    return found if floor == bottom else None
 
 
 def as_start_time(

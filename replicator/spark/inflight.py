@@ -21,21 +21,33 @@ from pathlib import Path
 class InflightRange:
     first_seq: int
     last_seq: int
+    # Published unchained (or turned so mid-way): the target may hold copies of the range after
+    # a gap, so the next start looks for gaps below its last copy (a record written before this
+    # was kept says so too).
+    unchained: bool = True
 
 
 class InflightRecord:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def write(self, first_seq: int, last_seq: int) -> None:
+    def write(self, first_seq: int, last_seq: int, unchained: bool = True) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"first_seq": first_seq, "last_seq": last_seq}))
+        tmp.write_text(json.dumps({"first_seq": first_seq, "last_seq": last_seq, "unchained": unchained}))
         os.replace(tmp, self.path)  # atomic: a reader sees the old record or the new one
+
+    def mark_unchained(self) -> None:
+        """The range in flight goes on unchained (another writer was found mid-way)."""
+        left = self.read()
+        if left is not None and not left.unchained:
+            self.write(left.first_seq, left.last_seq, unchained=True)
 
     def read(self) -> InflightRange | None:
         try:
             doc = json.loads(self.path.read_text())
-            return InflightRange(int(doc["first_seq"]), int(doc["last_seq"]))
+            return InflightRange(
+                int(doc["first_seq"]), int(doc["last_seq"]), bool(doc.get("unchained", True))
+            )
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as e:

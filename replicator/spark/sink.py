@@ -67,6 +67,9 @@ WRONG_LAST = (10070, 10071)  # JetStream's error codes when those checks fail
 # stored vouches for the copies before it (replicator.nats.publisher). A failure is then found
 # by the target's tail and the copies after it published again, each acknowledged.
 CHAINED_ACK_EVERY = 256
+# How long a clustered target whose last message is someone else's is watched, before chaining,
+# for another writer's messages.
+TARGET_MOVING_S = 0.25
 
 
 @dataclass
@@ -105,7 +108,9 @@ class SinkSettings:
     def owner(self) -> CopyOwner:
         """Which copies in the target are this entry's."""
         identity = self.stream_identity if self.elected else ""
-        return CopyOwner(self.source_stream, self.replicator, self.config_name, identity)
+        return CopyOwner(
+            self.source_stream, self.replicator, self.config_name, identity, self.stream_identity
+        )
 
 
 _COPY_LINES = b"%s" + SOURCE_HEADER.encode() + b": %s\r\n" + MSG_ID_HEADER.encode() + b": %s\r\n"
@@ -230,7 +235,7 @@ class OrderedSink:
             self.wait_published()
             todo, result = self.select(table)
             if todo.num_rows:
-                self.inflight.write(int(todo.column("seq")[0].as_py()), result.last_seq)
+                self.inflight.write(int(todo.column("seq")[0].as_py()), result.last_seq, self.shared_target)
                 self._pending = self.loop.submit(self._publish_and_settle(todo, result, started))
             else:
                 self.floor = max(self.floor, result.last_seq)
@@ -309,6 +314,17 @@ class OrderedSink:
         result = self.publish_table(table)
         self.account(result)
         return result
+
+    def fill_gaps(self, table: pa.Table) -> BatchResult:
+        """Publish rows read again from the source that the target lacks below its last copy of
+        ours (a gap an unchained batch left when it failed): unchained, since the target holds
+        later copies already, and counted like any batch. The floor stays where it was."""
+        floor, shared = self.floor, self.shared_target
+        self.floor, self.shared_target = int(pc.min(table.column("seq")).as_py()) - 1, True
+        try:
+            return self.republish(table)
+        finally:
+            self.floor, self.shared_target = max(floor, self.floor), shared
 
     def select(self, table: pa.Table, now: float | None = None) -> tuple[pa.Table, BatchResult]:
         """The rows of `table` to publish, in seq order: above the floor and fresh enough."""
@@ -417,11 +433,13 @@ class OrderedSink:
         for _attempt in range(4):
             if not self.shared_target and self._tail is None:
                 self._tail, ours = await self._target_tail(nc)
-                if not ours:
-                    # Someone else's message is last: another writer, found before chaining.
-                    # On a clustered target a chain by sequence would not even stop at it: a
-                    # refused copy takes no sequence, so a foreign message lines the next copy
-                    # up and it is stored after the refused one (test_target_refusals, R3).
+                if not ours and by_sequence and await self._target_moving(nc, self._tail[1]):
+                    # Someone else's message is last and others are still being stored: another
+                    # writer, found before chaining. On a clustered target a chain by sequence
+                    # would not stop at its messages: a refused copy takes no sequence, so a
+                    # foreign message lines the next copy up and it is stored after the refused
+                    # one (test_target_refusals, R3). A foreign tail that stays put (an old
+                    # message) is chained from, as on a single server.
                     self._another_writer()
             while start < len(seqs) and seqs[start] <= self.floor:
                 start += 1  # already in the target (its tail said so)
@@ -493,11 +511,19 @@ class OrderedSink:
     def _another_writer(self) -> None:
         self.shared_target = True
         self._tail = None
+        if self.inflight is not None:
+            self.inflight.mark_unchained()  # from here the target may get copies after a gap
         self.log.warning(
             "target stream %s has another writer: publishing its copies unchained from now on, so order "
             "rests on the checks made before publishing (see docs/operations.md)",
             self.settings.target_stream,
         )
+
+    async def _target_moving(self, nc: ReplicatorClient, last_seq: int) -> bool:
+        """Whether the target stores messages past `last_seq` within TARGET_MOVING_S."""
+        await asyncio.sleep(TARGET_MOVING_S)
+        info = await stream_info(nc, self.settings.target_stream)
+        return info is not None and int(info.state.last_seq) != last_seq
 
     async def _target_tail(self, nc: ReplicatorClient) -> tuple[tuple[str, int], bool]:
         """The target's last message (its Nats-Msg-Id, "" if none, and sequence) and whether it

@@ -174,12 +174,14 @@ def target_trio() -> Iterator[NatsCluster]:
 
 
 def test_an_r3_target_cut_half_open_losing_its_streams_leader_and_slow(
-    source: NatsCluster, target_trio: NatsCluster, tmp_path: Path
+    source_trio: NatsCluster, target_trio: NatsCluster, tmp_path: Path
 ) -> None:
     """The first test's faults on a clustered target (R3 stream: copies are acknowledged after
-    replication, chained by sequence), each server behind a proxy of its own: every link cut,
-    every link half-open, the server leading the target stream restarted, then slow links."""
-    run(_create_source(source.url))
+    replication, chained by sequence), from an R3 source, each target server behind a proxy of
+    its own: every link cut, every link half-open, the server leading the target stream
+    restarted, then slow links."""
+    source = source_trio
+    run(_create_source(source.url, replicas=3))
     run(create_stream(target_trio.url, "REG", ["reg.>"], num_replicas=3))
     links = [FaultProxy(srv.port) for srv in target_trio.servers]
     for link in links:
@@ -231,10 +233,11 @@ def test_an_r3_target_cut_half_open_losing_its_streams_leader_and_slow(
 
 
 def test_source_links_cut_and_the_streams_leader_lost(
-    source_trio: NatsCluster, target: NatsCluster, tmp_path: Path
+    source_trio: NatsCluster, target_trio: NatsCluster, tmp_path: Path
 ) -> None:
-    """A 3-node source cluster (R3 stream) behind a proxy per node: every link cut, then the
-    server leading the stream stopped and started again."""
+    """A 3-node source cluster (R3 stream) behind a proxy per node, copied to a 3-node target
+    cluster (R3): every link cut, then the server leading the stream stopped and started again."""
+    target = target_trio
     run(_create_source(source_trio.url, replicas=3))
     links = [FaultProxy(s.port).start() for s in source_trio.servers]
     try:
@@ -358,13 +361,15 @@ def _restart_leader(cluster: NatsCluster, stream: str, down_s: float) -> None:
 
 
 def test_a_backlog_read_while_the_source_streams_leader_is_killed_and_back_10s_later_is_whole(
-    source_trio: NatsCluster, target: NatsCluster, tmp_path: Path
+    source_trio: NatsCluster, target_trio: NatsCluster, tmp_path: Path
 ) -> None:
-    """40,000 messages in an R3 source stream, read through 3 MB/s links to the source servers;
+    """40,000 messages in an R3 source stream copied to an R3 target, read through 3 MB/s links
+    to the source servers;
     the server leading the stream is killed (SIGKILL) mid-copy and started again 10 s later.
     Every range is read to its end or read again, never committed short (issue 28, hole 7:
     before the fix, twice out of two runs, whole 1,000-message sub-ranges were missing and the
     lag said 0)."""
+    target = target_trio
     run(_create_source(source_trio.url, replicas=3))
     run(publish(source_trio.url, [(f"reg.{i % 97}", registration(i, 1000), None) for i in range(40_000)]))
     links = [FaultProxy(s.port).start() for s in source_trio.servers]

@@ -130,3 +130,47 @@ def test_a_target_refusing_for_a_while_loses_nothing(source_server, nats_server,
     seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in got]  # type: ignore[union-attr]
     assert seqs == list(range(1, len(items) + 1)), "every message once, in source order"
     assert "left in flight" in rep.output()
+
+
+def test_a_recreated_source_stream_is_copied_whole_after_its_earlier_lifes_copies(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """The source stream is deleted and created again (same name) and its checkpoint removed,
+    as docs/operations.md says: its new messages are all copied, though the target's tail holds
+    copies of the old stream's with higher sequences. Before the fix the old copies were taken
+    for the new stream's, and its first 2,000 messages were skipped."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "EVENTS", ["events.>"]))
+    run(publish(src, [(f"events.{i}", b"old" * 30, None) for i in range(2_000)]))
+    cfg = write_config(
+        tmp_path / "sr.yaml", "dc1", [{"stream": "EVENTS", "source_url": src, "target_url": dst}]
+    )
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 2_000, 180, "the old stream's copy", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+
+    async def recreate() -> None:
+        nc = await nats.connect(src)
+        try:
+            await nc.jetstream().delete_stream("EVENTS")
+        finally:
+            await nc.close()
+
+    run(recreate())
+    threading.Event().wait(1.1)  # a creation time in another second than the old stream's
+    run(create_stream(src, "EVENTS", ["events.>"]))
+    run(publish(src, [(f"events.{i}", b"new" * 30, None) for i in range(3_000)]))
+    import shutil
+
+    shutil.rmtree(tmp_path / "state")
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 5_000, 180, "the new stream's copy", rep)
+        threading.Event().wait(2)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    new = [m for m in run(read_all(dst, "EVENTS")) if m.data.startswith(b"new")]
+    seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in new]  # type: ignore[union-attr]
+    assert seqs == list(range(1, 3_001))

@@ -47,3 +47,22 @@ def test_an_elected_entrys_copies_are_its_instances_whatever_their_names_and_no_
     assert not ours.owns(None, "SR_nodes_REG.1795000000123456:7")
     unelected = CopyOwner("REG", "dc1", "nodes")
     assert unelected.owns(mark("dc1"), "") and not unelected.owns(mark("dc1-host-a"), "dc1-host-a.x:7")
+
+
+def test_a_copy_of_a_recreated_source_streams_earlier_life_is_not_the_entrys() -> None:
+    # The source stream was deleted and created again (same name): the target's copies of the
+    # old one say nothing of what the new one's copies need (review of issue 28: the floor
+    # jumped to the old stream's last copy and the new one's first messages were skipped).
+    from replicator.headers import CopyOwner, SourceMark, message_id
+
+    mark = SourceMark("REG", 2998, "dc1", "nodes", 0)
+    now = CopyOwner("REG", "dc1", "nodes", incarnation="dc1.nodes.REG.1795000200")
+    assert now.owns(mark, message_id("dc1.nodes.REG.1795000200", 2998))
+    assert not now.owns(mark, message_id("dc1.nodes.REG.1795000100", 2998))
+    assert now.owns(mark, "whatever-go-writes")  # the Go original's copies, by its Choria-SR-Source
+    assert now.owns(mark, None)
+    elected = CopyOwner(
+        "REG", "dc1-b", "nodes", "SR_nodes_REG.1795000200000000", "SR_nodes_REG.1795000200000000"
+    )
+    assert elected.owns(SourceMark("REG", 5, "dc1-a", "nodes", 0), "SR_nodes_REG.1795000200000000:5")
+    assert not elected.owns(SourceMark("REG", 5, "dc1-b", "nodes", 0), "SR_nodes_REG.1795000100000000:5")

@@ -11,10 +11,18 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import APIError, ServiceUnavailableError
 
 from replicator.nats.jetstream import answered
+from replicator.nats.readers import RangeNotHeld, ReadInterrupted
 
 
 def test_a_step_is_tried_again_while_jetstream_does_not_answer(caplog: pytest.LogCaptureFixture) -> None:
-    failures: list[Exception] = [NoRespondersError(), NatsTimeoutError(), ServiceUnavailableError()]
+    failures: list[Exception] = [
+        NoRespondersError(),
+        NatsTimeoutError(),
+        TimeoutError(),  # a read's replies not all in (await_replies)
+        ServiceUnavailableError(),
+        RangeNotHeld("a leader just elected"),
+        ReadInterrupted("the connection was lost"),
+    ]
 
     async def step() -> str:
         if failures:
@@ -38,6 +46,16 @@ def test_an_answer_that_is_a_refusal_is_raised_at_once() -> None:
     with pytest.raises(APIError):
         asyncio.run(answered(step, "t", interval=0.01))
     assert len(tries) == 1
+
+
+def test_a_503_that_says_jetstream_is_off_is_raised_at_once() -> None:
+    async def step() -> None:
+        raise ServiceUnavailableError(
+            code=503, err_code=10039, description="jetstream not enabled for account"
+        )
+
+    with pytest.raises(ServiceUnavailableError):
+        asyncio.run(answered(step, "t", interval=0.01))
 
 
 def test_a_stop_ends_the_wait() -> None:
