@@ -33,6 +33,7 @@ from replicator.nats.jetstream import (
     go_source_initiated_consumer,
     last_sequence,
     stream_info,
+    superseded_on_subject,
     wait_for_stream,
 )
 from replicator.nats.urls import parse_nats_url
@@ -53,6 +54,7 @@ from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink,
 from replicator.spark.session import session_conf
 from replicator.spark.sink import BatchResult, OrderedSink, SinkSettings
 from replicator.spark.small_batches import SmallBatchReader
+from replicator.subjects import rewrite_subject
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -318,7 +320,7 @@ class StreamReplication:
         if record is None or left is None:
             return
         if left.unchained:
-            self._fill_gaps(left.first_seq, min(left.last_seq, self.sink.floor))
+            self._fill_gaps(left.first_seq, min(left.last_seq, self.sink.floor), left.since_ns)
         first = max(left.first_seq, self.sink.floor + 1)
         if first <= left.last_seq:
             self.log.info("publishing source sequences %d-%d, left in flight when it last stopped", first, left.last_seq)  # fmt: skip
@@ -327,7 +329,7 @@ class StreamReplication:
         self.sink.floor = max(self.sink.floor, left.last_seq)
         record.clear()
 
-    def _fill_gaps(self, first: int, last: int) -> None:
+    def _fill_gaps(self, first: int, last: int, since_ns: int) -> None:
         """Copies the target lacks between `first` and `last`, at or below its last copy of
         ours, published now. A chained batch never leaves a copy after a gap; an unchained one
         (`chain_copies: false`, a target with another writer) that failed mid-way can: copy k
@@ -340,22 +342,25 @@ class StreamReplication:
 
         async def present() -> set[int] | None:
             nc = await sink._conn()
-            return await copies_in_range(nc, self.s.target_stream, sink.settings.owner, first, last)
+            return await copies_in_range(nc, self.s.target_stream, sink.settings.owner, first, last, since_ns)
 
         held = self.loop.run(present(), 120)
         if held is not None and len(held) == last - first + 1:
             return  # all there: nothing to read again
         if held is None:
             self.log.warning(
-                "the target's last 20,000 messages do not reach back to source sequence %d (other writers): "
-                "publishing %d-%d again, unchained, for the duplicate window to drop what it holds",
-                first,
+                "the target stored over 200,000 messages after the batch in flight began (other writers): "
+                "publishing source sequences %d-%d again, unchained, for its duplicate window to drop what it holds",
                 first,
                 last,
             )
         gaps = 0
         for chunk in read_range_chunks(self.reader_options(), first, last + 1):
             missing = [m for m in chunk if held is None or m.seq not in held]
+            if held is not None and missing:
+                # A target that keeps a few messages a subject removed those its later copies
+                # pushed out: publishing them again would put old values after new ones.
+                missing = [m for m in missing if not self.loop.run(self._superseded(m), 60)]
             if missing:
                 gaps += len(missing)
                 sink.fill_gaps(pa.Table.from_batches([to_record_batch(self.s.stream, missing)]))
@@ -367,6 +372,13 @@ class StreamReplication:
                 first,
                 last,
             )
+
+    async def _superseded(self, m: Any) -> bool:
+        assert self.sink is not None
+        s = self.s
+        subject = rewrite_subject(m.subject, s.target_subject_prefix, s.target_subject_remove)
+        nc = await self.sink._conn()
+        return await superseded_on_subject(nc, s.target_stream, self.sink.settings.owner, subject, m.seq)
 
     def start(self, spark: SparkSession) -> StreamingQuery:
         assert self.sink is not None, "prepare() first"

@@ -8,7 +8,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from nats.aio.client import Client
@@ -17,7 +17,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import StreamConfig, StreamInfo
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
-from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, CopyOwner, parse_source_header
+from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, CopyOwner, SourceMark, parse_source_header
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.readers import DirectReader, RawMessage, ReadInterrupted, read_chunks
 from replicator.nats.wire import first_value
@@ -281,28 +281,47 @@ async def find_last_copied(
 ) -> int | None:
     """The highest source sequence `owner` already copied into the target, from the copies at
     its tail (CopyOwner.owns): 0 when the target holds nothing, None when none of the last
-    `scan_limit` messages is the owner's (a target shared with other writers)."""
+    `scan_limit` messages is the owner's (a target shared with other writers). The highest
+    of the owner's last copies, not the last stored: a start that filled a gap left by an
+    unchained batch stored lower copies after higher ones (StreamReplication._fill_gaps); the
+    1,000 messages before the last copy found are looked at too."""
     info = await stream_info(target, target_stream)
     if info is None or info.state.messages == 0:
         return 0
     last = info.state.last_seq
     first = max(info.state.first_seq, last - scan_limit + 1, 1)
+    direct = bool(info.config.allow_direct)
+
+    async def ours_in(lo: int, hi: int) -> list[int]:
+        msgs = [
+            m async for chunk in read_chunks(target, target_stream, lo, hi + 1, direct=direct) for m in chunk
+        ]
+        return [mark.sequence for mark, msg_id in _marks(msgs) if owner.owns(mark, msg_id)]
+
     hi = last
     while hi >= first:
         lo = max(first, hi - 999)
-        msgs = [
-            m
-            async for chunk in read_chunks(
-                target, target_stream, lo, hi + 1, direct=bool(info.config.allow_direct)
-            )
-            for m in chunk
-        ]
-        for m in reversed(msgs):
-            mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
-            if mark is not None and owner.owns(mark, first_value(m.headers, MSG_ID_HEADER)):
-                return mark.sequence
+        ours = await ours_in(lo, hi)
+        if ours:
+            before = await ours_in(max(first, lo - 1000), lo - 1) if lo > first else []
+            return max(ours + before)
         hi = lo - 1
     return None
+
+
+def _marks(msgs: list[RawMessage]) -> list[tuple[SourceMark, str | None]]:
+    """(Choria-SR-Source, Nats-Msg-Id) of each message that has the former."""
+    out = []
+    for m in msgs:
+        mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
+        if mark is not None:
+            out.append((mark, first_value(m.headers, MSG_ID_HEADER)))
+    return out
+
+
+# How far before a batch's publishing began its target is read for the batch's copies: the
+# replicator's and the servers' clocks may disagree.
+CLOCK_SLACK_S = 120.0
 
 
 async def copies_in_range(
@@ -311,32 +330,62 @@ async def copies_in_range(
     owner: CopyOwner,
     first: int,
     last: int,
-    scan_limit: int = 20_000,
+    since_ns: int,
+    scan_limit: int = 200_000,
 ) -> set[int] | None:
     """The source sequences from `first` to `last` that `owner` has copies of in the target,
-    read back from its tail until a copy of the owner's before `first`; None when the last
-    `scan_limit` messages do not reach back that far (a target shared with busy writers)."""
+    given that none was stored before `since_ns`: read forward from then (less CLOCK_SLACK_S)
+    until 1,000 messages past the owner's first copy beyond `last` (later batches come after a
+    batch's copies), or the end. None when that takes more than `scan_limit` messages."""
     info = await stream_info(target, target_stream)
     if info is None or info.state.messages == 0:
         return set()
-    bottom = max(info.state.first_seq, 1)
-    floor = max(bottom, info.state.last_seq - scan_limit + 1)
+    when = datetime.fromtimestamp(since_ns / 1e9 - CLOCK_SLACK_S, UTC)
+    start = await sequence_at_time(target, target_stream, when, bool(info.config.allow_direct))
+    if start is None:
+        return set()  # nothing stored since
     found: set[int] = set()
-    hi = info.state.last_seq
-    while hi >= floor:
-        lo = max(floor, hi - 999)
-        chunks = read_chunks(target, target_stream, lo, hi + 1, direct=bool(info.config.allow_direct))
-        msgs = [m async for chunk in chunks for m in chunk]
-        for m in reversed(msgs):
-            mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
-            if mark is None or not owner.owns(mark, first_value(m.headers, MSG_ID_HEADER)):
+    scanned, beyond = 0, None
+    chunks = read_chunks(
+        target, target_stream, start, int(info.state.last_seq) + 1, direct=bool(info.config.allow_direct)
+    )
+    async for chunk in chunks:
+        for mark, msg_id in _marks(chunk):
+            if not owner.owns(mark, msg_id):
                 continue
-            if mark.sequence < first:
-                return found
-            if mark.sequence <= last:
+            if first <= mark.sequence <= last:
                 found.add(mark.sequence)
-        hi = lo - 1
-    return found if floor == bottom else None
+            elif mark.sequence > last and beyond is None:
+                beyond = scanned
+        scanned += len(chunk)
+        if beyond is not None and scanned - beyond > 1_000:
+            return found
+        if scanned > scan_limit:
+            return None
+    return found
+
+
+async def superseded_on_subject(
+    target: ReplicatorClient, target_stream: str, owner: CopyOwner, subject: str, seq: int
+) -> bool:
+    """Whether a copy of source sequence `seq` on target `subject` would be gone by now had it
+    been stored: the target keeps `max_msgs_per_subject` messages a subject and holds that many
+    of the owner's later copies on it (so its absence is the limit's doing, not a gap)."""
+    info = await stream_info(target, target_stream)
+    limit = int(info.config.max_msgs_per_subject or 0) if info is not None else 0
+    if info is None or limit <= 0 or info.state.messages == 0:
+        return False
+    later = 0
+    async for chunk in read_chunks(
+        target,
+        target_stream,
+        int(info.state.first_seq),
+        int(info.state.last_seq) + 1,
+        direct=bool(info.config.allow_direct),
+        filter_subject=subject,
+    ):
+        later += sum(1 for mark, msg_id in _marks(chunk) if mark.sequence > seq and owner.owns(mark, msg_id))
+    return later >= limit
 
 
 def as_start_time(

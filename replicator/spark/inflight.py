@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,29 +26,38 @@ class InflightRange:
     # a gap, so the next start looks for gaps below its last copy (a record written before this
     # was kept says so too).
     unchained: bool = True
+    # When its publishing began (ns since the epoch): its copies were stored after it.
+    since_ns: int = 0
 
 
 class InflightRecord:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def write(self, first_seq: int, last_seq: int, unchained: bool = True) -> None:
+    def write(self, first_seq: int, last_seq: int, unchained: bool = True, since_ns: int = 0) -> None:
+        doc = {
+            "first_seq": first_seq,
+            "last_seq": last_seq,
+            "unchained": unchained,
+            "since_ns": since_ns or time.time_ns(),
+        }
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"first_seq": first_seq, "last_seq": last_seq, "unchained": unchained}))
+        tmp.write_text(json.dumps(doc))
         os.replace(tmp, self.path)  # atomic: a reader sees the old record or the new one
 
     def mark_unchained(self) -> None:
-        """The range in flight goes on unchained (another writer was found mid-way)."""
+        """The range in flight goes on unchained, or left a gap: the next start looks for gaps."""
         left = self.read()
         if left is not None and not left.unchained:
-            self.write(left.first_seq, left.last_seq, unchained=True)
+            self.write(left.first_seq, left.last_seq, True, left.since_ns)
 
     def read(self) -> InflightRange | None:
         try:
             doc = json.loads(self.path.read_text())
-            return InflightRange(
-                int(doc["first_seq"]), int(doc["last_seq"]), bool(doc.get("unchained", True))
-            )
+            # A record of an older version has no time: its file's is as late or later.
+            since = int(doc.get("since_ns") or self.path.stat().st_mtime_ns)
+            unchained = bool(doc.get("unchained", True))
+            return InflightRange(int(doc["first_seq"]), int(doc["last_seq"]), unchained, since)
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as e:

@@ -235,7 +235,10 @@ class OrderedSink:
             self.wait_published()
             todo, result = self.select(table)
             if todo.num_rows:
-                self.inflight.write(int(todo.column("seq")[0].as_py()), result.last_seq, self.shared_target)
+                # A chain by sequence (a clustered target, or one not yet looked at) can leave a
+                # copy after a gap when a foreign message lines it up: its range is checked too.
+                gaps_possible = self.shared_target or self._limits is None or self._limits.replicas > 1
+                self.inflight.write(int(todo.column("seq")[0].as_py()), result.last_seq, gaps_possible)
                 self._pending = self.loop.submit(self._publish_and_settle(todo, result, started))
             else:
                 self.floor = max(self.floor, result.last_seq)
@@ -481,6 +484,8 @@ class OrderedSink:
                     raise PublishError(f"{held[0]}; nothing after it is copied until then")
                 outcome.duplicates = duplicates
                 return outcome
+            if outcome.stored > stored and self.inflight is not None:
+                self.inflight.mark_unchained()  # copies after the refused one were stored: a gap
             if first.code not in WRONG_LAST or chain is None:
                 later = "; the messages after it were held back" if chain is not None else ""
                 raise PublishError(

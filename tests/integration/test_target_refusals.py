@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import nats
@@ -131,23 +132,31 @@ def test_a_target_with_another_writer_is_copied_exactly_and_in_order(
     assert "has another writer" in rep.output(10**9)
 
 
+@pytest.mark.parametrize("per_subject", [0, 1], ids=["every-message", "last-per-subject"])
 def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
-    source_server, nats_server, tmp_path: Path
+    source_server, nats_server, tmp_path: Path, per_subject: int
 ) -> None:
     """Unchained copies (`chain_copies: false`, as for a target with other writers): copy 1,500
     is refused mid-batch by a check nothing foresees (a `Nats-Rollup` header the target does not
     permit) while the copies after it are stored. Killed while it retries, the replicator starts
-    again with the target's last copy at 3,000: it must still publish 1,500 once the target
-    takes it. Before the fix the restart resumed after 3,000 and 1,500 was lost for good."""
+    again with the target's last copy past 1,500: it must still publish 1,500 once the target
+    takes it. Before the fix the restart resumed after the target's last copy and 1,500 was
+    lost for good. A target that keeps one message a subject (`max_msgs_per_subject: 1`) and
+    holds a later copy on 1,500's subject would have dropped 1,500 anyway: it is not published
+    again after that later copy (an old value must not replace a newer one)."""
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "S", ["s.>"], allow_rollup_hdrs=True))
     items: list[tuple[str, bytes, dict[str, str] | None]] = [
         (f"s.a.{i % 7}", registration(i, 600), None) for i in range(3_000)
     ]
-    items[1_499] = ("s.rollup", registration(1_499, 600), {"Nats-Rollup": "sub"})
+    # On a subject of its own, or (one message a subject) on one with later messages.
+    subject = items[1_499][0] if per_subject else "s.rollup"
+    items[1_499] = (subject, registration(1_499, 600), {"Nats-Rollup": "sub"})
     run(publish(src, items))
-    target = StreamConfig(name="T", subjects=["s.>"], allow_direct=True)
-    run(create_stream(dst, "T", ["s.>"]))
+    target = StreamConfig(
+        name="T", subjects=["s.>"], allow_direct=True, max_msgs_per_subject=per_subject or -1
+    )
+    run(create_stream(dst, "T", ["s.>"], max_msgs_per_subject=per_subject or -1))
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [
         {"stream": "S", "source_url": src, "target_url": dst, "target_stream": "T", "chain_copies": False,
          "batch_max_messages": 3_000},
@@ -156,18 +165,29 @@ def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
     try:
         wait_for(lambda: "refused source sequence 1500" in rep.output(10**9), 120, "the refusal", rep)
         # The copies after it in its batch are stored: the target holds a gap.
-        wait_for(lambda: max(copied_source_sequences(dst, "T"), default=0) > 1_500, 60, "copies after it", rep)
+        wait_for(
+            lambda: max(copied_source_sequences(dst, "T"), default=0) > 1_500, 60, "copies after it", rep
+        )
     finally:
         rep.kill9()
     rep = start_replicator(cfg)
     try:
-        wait_for(
-            lambda: "refused source sequence 1500" in rep.output(10**9), 120, "1500 published again", rep
-        )
-        run(_update_stream(dst, StreamConfig(**{**target.as_dict(), "allow_rollup_hdrs": True})))  # type: ignore[arg-type]
-        wait_for(lambda: run(count(dst, "T")) == 3_000, 120, "1500 copied", rep)
+        if per_subject:
+            wait_for(lambda: max(copied_source_sequences(dst, "T")) == 3_000, 120, "the rest copied", rep)
+            time.sleep(3)
+            assert "refused source sequence 1500" not in rep.output(10**9)
+        else:
+            wait_for(
+                lambda: "refused source sequence 1500" in rep.output(10**9), 120, "1500 published again", rep
+            )
+            run(_update_stream(dst, StreamConfig(**{**target.as_dict(), "allow_rollup_hdrs": True})))  # type: ignore[arg-type]
+            wait_for(lambda: run(count(dst, "T")) == 3_000, 120, "1500 copied", rep)
+            assert "the target lacked 1 copies" in rep.output(10**9)
     finally:
         assert rep.stop() == 0, rep.output()
     got = copied_source_sequences(dst, "T")
-    assert sorted(got) == list(range(1, 3_001))  # each once; 1500 after the later ones (unchained)
-    assert "the target lacked 1 copies" in rep.output(10**9)
+    if per_subject:
+        want = {f"s.a.{i % 7}": i + 1 for i in range(3_000)}  # the last source sequence a subject
+        assert sorted(got) == sorted(want.values())
+    else:
+        assert sorted(got) == list(range(1, 3_001))  # each once; 1500 after the later ones (unchained)
