@@ -32,8 +32,8 @@ from replicator.nats.jetstream import (
     find_last_copied,
     go_source_initiated_consumer,
     last_sequence,
+    pushed_out,
     stream_info,
-    superseded_on_subject,
     wait_for_stream,
 )
 from replicator.nats.urls import parse_nats_url
@@ -137,6 +137,9 @@ class StreamReplication:
         self.lag: int | None = None  # last value of update_lag(), for progress reports
         self.election: Election | None = None
         self.took_over = False  # leader-elected: this instance's query runs as the leader
+        # The in-flight range (first, last, since) last looked at for gaps: not again on each
+        # restart of the query in this process.
+        self._gaps_checked: tuple[int, int, int] | None = None
         self._election_run: concurrent.futures.Future[None] | None = None
         self._won = 0  # the election's wins when this instance last took over
         self.log = stream_logger(__name__, self.label)
@@ -331,39 +334,56 @@ class StreamReplication:
 
     def _fill_gaps(self, first: int, last: int, since_ns: int) -> None:
         """Copies the target lacks between `first` and `last`, at or below its last copy of
-        ours, published now. A chained batch never leaves a copy after a gap; an unchained one
-        (`chain_copies: false`, a target with another writer) that failed mid-way can: copy k
-        refused or lost, k+1 onwards stored. Resuming after the target's last copy would then
-        skip k for good."""
+        ours, published now. A chained batch on a single server never leaves a copy after a
+        gap; an unchained one (`chain_copies: false`, a target with another writer), or one
+        chained by sequence on a clustered target, that failed mid-way can: copy k refused or
+        lost, k+1 onwards stored. Resuming after the target's last copy would skip k for good."""
         assert self.sink is not None
-        if first > last:
+        if first > last or self._gaps_checked == (first, last, since_ns):
             return
-        sink = self.sink
+        sink, s = self.sink, self.s
 
-        async def present() -> set[int] | None:
+        async def present() -> dict[int, int] | None:
             nc = await sink._conn()
-            return await copies_in_range(nc, self.s.target_stream, sink.settings.owner, first, last, since_ns)
+            return await copies_in_range(nc, s.target_stream, sink.settings.owner, first, last, since_ns)
 
-        held = self.loop.run(present(), 120)
-        if held is not None and len(held) == last - first + 1:
-            return  # all there: nothing to read again
+        async def window_s() -> float:
+            info = await stream_info(await sink._conn(), s.target_stream)
+            return info.config.duplicate_window or 120.0 if info is not None else 0.0
+
+        held = self.loop.run(present(), None)  # long, on a busy target; each read has its timeout
         if held is None:
+            age_s = (time.time_ns() - since_ns) / 1e9
+            if age_s >= self.loop.run(window_s(), 30):
+                self.log.warning(
+                    "could not tell which copies of source sequences %d-%d the target lacks (it stored over "
+                    "200,000 messages since, or none is found from then): not publishing them again, past its "
+                    "duplicate window they would be stored twice",
+                    first,
+                    last,
+                )
+                self._gaps_checked = (first, last, since_ns)
+                return
             self.log.warning(
-                "the target stored over 200,000 messages after the batch in flight began (other writers): "
-                "publishing source sequences %d-%d again, unchained, for its duplicate window to drop what it holds",
+                "could not tell which copies of source sequences %d-%d the target lacks: publishing them "
+                "again, unchained, within its duplicate window (it drops those it holds)",
                 first,
                 last,
             )
+        elif len(held) == last - first + 1:
+            self._gaps_checked = (first, last, since_ns)
+            return  # all there: nothing to read again
         gaps = 0
         for chunk in read_range_chunks(self.reader_options(), first, last + 1):
             missing = [m for m in chunk if held is None or m.seq not in held]
-            if held is not None and missing:
-                # A target that keeps a few messages a subject removed those its later copies
+            if held is not None:
+                # A target that keeps a few messages a subject removed those that later ones
                 # pushed out: publishing them again would put old values after new ones.
-                missing = [m for m in missing if not self.loop.run(self._superseded(m), 60)]
+                missing = [m for m in missing if not self.loop.run(self._pushed_out(m, held), None)]
             if missing:
                 gaps += len(missing)
-                sink.fill_gaps(pa.Table.from_batches([to_record_batch(self.s.stream, missing)]))
+                sink.fill_gaps(pa.Table.from_batches([to_record_batch(s.stream, missing)]))
+        self._gaps_checked = (first, last, since_ns)
         if gaps:
             self.log.warning(
                 "the target lacked %d copies of source sequences %d-%d, below copies it held (an unchained "
@@ -373,12 +393,16 @@ class StreamReplication:
                 last,
             )
 
-    async def _superseded(self, m: Any) -> bool:
+    async def _pushed_out(self, m: Any, held: dict[int, int]) -> bool:
+        """Whether the copy of `m` would be gone from a target keeping N messages a subject,
+        had it been stored before the next copy the target holds."""
         assert self.sink is not None
         s = self.s
+        after = min((pos for seq, pos in held.items() if seq > m.seq), default=None)
+        if after is None:
+            return False
         subject = rewrite_subject(m.subject, s.target_subject_prefix, s.target_subject_remove)
-        nc = await self.sink._conn()
-        return await superseded_on_subject(nc, s.target_stream, self.sink.settings.owner, subject, m.seq)
+        return await pushed_out(await self.sink._conn(), s.target_stream, subject, after - 1)
 
     def start(self, spark: SparkSession) -> StreamingQuery:
         assert self.sink is not None, "prepare() first"

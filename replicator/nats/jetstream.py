@@ -332,60 +332,68 @@ async def copies_in_range(
     last: int,
     since_ns: int,
     scan_limit: int = 200_000,
-) -> set[int] | None:
-    """The source sequences from `first` to `last` that `owner` has copies of in the target,
-    given that none was stored before `since_ns`: read forward from then (less CLOCK_SLACK_S)
-    until 1,000 messages past the owner's first copy beyond `last` (later batches come after a
-    batch's copies), or the end. None when that takes more than `scan_limit` messages."""
+) -> dict[int, int] | None:
+    """Source sequence -> target sequence of the copies `owner` has in the target of source
+    sequences `first` to `last`, given that none was stored before `since_ns`: read forward
+    from then (less CLOCK_SLACK_S) until every one is found, or 1,000 messages past the owner's
+    copy of `last` (a batch's copies are stored in their order: what a gap lacks does not come
+    later), or the end. None when that is not known: more than `scan_limit` messages to read,
+    or no message of the target found at or after that time."""
     info = await stream_info(target, target_stream)
     if info is None or info.state.messages == 0:
-        return set()
+        return None
     when = datetime.fromtimestamp(since_ns / 1e9 - CLOCK_SLACK_S, UTC)
     start = await sequence_at_time(target, target_stream, when, bool(info.config.allow_direct))
     if start is None:
-        return set()  # nothing stored since
-    found: set[int] = set()
-    scanned, beyond = 0, None
+        return None
+    found: dict[int, int] = {}
+    scanned, past_last = 0, None
     chunks = read_chunks(
-        target, target_stream, start, int(info.state.last_seq) + 1, direct=bool(info.config.allow_direct)
+        target,
+        target_stream,
+        start,
+        int(info.state.last_seq) + 1,
+        direct=bool(info.config.allow_direct),
+        chunk_messages=1_000,
     )
     async for chunk in chunks:
-        for mark, msg_id in _marks(chunk):
-            if not owner.owns(mark, msg_id):
+        for m in chunk:
+            scanned += 1
+            mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
+            if mark is None or not first <= mark.sequence <= last:
                 continue
-            if first <= mark.sequence <= last:
-                found.add(mark.sequence)
-            elif mark.sequence > last and beyond is None:
-                beyond = scanned
-        scanned += len(chunk)
-        if beyond is not None and scanned - beyond > 1_000:
+            if owner.owns(mark, first_value(m.headers, MSG_ID_HEADER)):
+                found.setdefault(mark.sequence, m.seq)
+                if mark.sequence == last and past_last is None:
+                    past_last = scanned
+        if len(found) == last - first + 1 or (past_last is not None and scanned - past_last > 1_000):
             return found
         if scanned > scan_limit:
             return None
     return found
 
 
-async def superseded_on_subject(
-    target: ReplicatorClient, target_stream: str, owner: CopyOwner, subject: str, seq: int
-) -> bool:
-    """Whether a copy of source sequence `seq` on target `subject` would be gone by now had it
-    been stored: the target keeps `max_msgs_per_subject` messages a subject and holds that many
-    of the owner's later copies on it (so its absence is the limit's doing, not a gap)."""
+async def pushed_out(target: ReplicatorClient, target_stream: str, subject: str, after_seq: int) -> bool:
+    """Whether a message stored on `subject` before target sequence `after_seq` would be gone
+    by now: the target keeps `max_msgs_per_subject` messages a subject, and at least that many
+    arrived on it after `after_seq`, whoever wrote them."""
     info = await stream_info(target, target_stream)
     limit = int(info.config.max_msgs_per_subject or 0) if info is not None else 0
-    if info is None or limit <= 0 or info.state.messages == 0:
+    if info is None or limit <= 0 or after_seq >= int(info.state.last_seq):
         return False
     later = 0
     async for chunk in read_chunks(
         target,
         target_stream,
-        int(info.state.first_seq),
+        after_seq + 1,
         int(info.state.last_seq) + 1,
         direct=bool(info.config.allow_direct),
         filter_subject=subject,
     ):
-        later += sum(1 for mark, msg_id in _marks(chunk) if mark.sequence > seq and owner.owns(mark, msg_id))
-    return later >= limit
+        later += len(chunk)
+        if later >= limit:
+            return True
+    return False
 
 
 def as_start_time(
