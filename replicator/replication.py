@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -104,6 +105,23 @@ def crash_leftovers(checkpoint: CheckpointFiles) -> list[str]:
 
 # Inside the checkpoint: removing the checkpoint (to copy again) removes it too.
 INITIAL_OFFSET_FILE = "sr-initial-offset.json"
+
+
+def _next_position(held: dict[int, int]) -> Callable[[int], int | None]:
+    """For a source sequence, the lowest target sequence of a copy in `held` (source sequence
+    -> target sequence) of a later source sequence: where a copy of it belonged."""
+    seqs = sorted(held)
+    lowest_from = [0] * len(seqs)  # the lowest target sequence of seqs[i:]
+    low = None
+    for i in range(len(seqs) - 1, -1, -1):
+        low = held[seqs[i]] if low is None else min(low, held[seqs[i]])
+        lowest_from[i] = low
+
+    def after(seq: int) -> int | None:
+        i = bisect.bisect_right(seqs, seq)
+        return lowest_from[i] if i < len(seqs) else None
+
+    return after
 
 
 def inflight_path(cfg: Config, s: StreamConfig) -> Path:
@@ -373,16 +391,17 @@ class StreamReplication:
         elif len(held) == last - first + 1:
             self._gaps_checked = (first, last, since_ns)
             return  # all there: nothing to read again
-        gaps = 0
-        for chunk in read_range_chunks(self.reader_options(), first, last + 1):
-            missing = [m for m in chunk if held is None or m.seq not in held]
-            if held is not None:
-                # A target that keeps a few messages a subject removed those that later ones
-                # pushed out: publishing them again would put old values after new ones.
-                missing = [m for m in missing if not self.loop.run(self._pushed_out(m, held), None)]
-            if missing:
-                gaps += len(missing)
-                sink.fill_gaps(pa.Table.from_batches([to_record_batch(s.stream, missing)]))
+        missing = [m for chunk in read_range_chunks(self.reader_options(), first, last + 1) for m in chunk
+                   if held is None or m.seq not in held]  # fmt: skip
+        if held is not None and missing:
+            # A target that keeps a few messages a subject removed those that later ones pushed
+            # out: publishing them again would put old values after new ones. Decided for all
+            # before any is published.
+            after = _next_position(held)
+            missing = [m for m in missing if not self.loop.run(self._pushed_out(m, after(m.seq)), None)]
+        gaps = len(missing)
+        for i in range(0, gaps, 1_000):
+            sink.fill_gaps(pa.Table.from_batches([to_record_batch(s.stream, missing[i : i + 1_000])]))
         self._gaps_checked = (first, last, since_ns)
         if gaps:
             self.log.warning(
@@ -393,16 +412,16 @@ class StreamReplication:
                 last,
             )
 
-    async def _pushed_out(self, m: Any, held: dict[int, int]) -> bool:
+    async def _pushed_out(self, m: Any, after: int | None) -> bool:
         """Whether the copy of `m` would be gone from a target keeping N messages a subject,
-        had it been stored before the next copy the target holds."""
+        had it been stored before target sequence `after` (the next copy the target holds)."""
         assert self.sink is not None
-        s = self.s
-        after = min((pos for seq, pos in held.items() if seq > m.seq), default=None)
         if after is None:
             return False
+        s = self.s
         subject = rewrite_subject(m.subject, s.target_subject_prefix, s.target_subject_remove)
-        return await pushed_out(await self.sink._conn(), s.target_stream, subject, after - 1)
+        nc = await self.sink._conn()
+        return await pushed_out(nc, s.target_stream, subject, after - 1, self.sink.settings.owner, m.seq)
 
     def start(self, spark: SparkSession) -> StreamingQuery:
         assert self.sink is not None, "prepare() first"

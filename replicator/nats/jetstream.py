@@ -347,7 +347,7 @@ async def copies_in_range(
     if start is None:
         return None
     found: dict[int, int] = {}
-    scanned, past_last = 0, None
+    before, scanned, past_last = 0, 0, None  # messages before the range's first copy, and from it
     chunks = read_chunks(
         target,
         target_stream,
@@ -358,7 +358,10 @@ async def copies_in_range(
     )
     async for chunk in chunks:
         for m in chunk:
-            scanned += 1
+            if found:
+                scanned += 1
+            else:
+                before += 1
             mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
             if mark is None or not first <= mark.sequence <= last:
                 continue
@@ -366,17 +369,23 @@ async def copies_in_range(
                 found.setdefault(mark.sequence, m.seq)
                 if mark.sequence == last and past_last is None:
                     past_last = scanned
-        if len(found) == last - first + 1 or (past_last is not None and scanned - past_last > 1_000):
+        # A copy retried after the batch's later ones (a failed retry left it there) comes
+        # after them: 10,000 messages of margin.
+        if len(found) == last - first + 1 or (past_last is not None and scanned - past_last > 10_000):
             return found
-        if scanned > scan_limit:
+        if scanned > scan_limit or before > scan_limit:
             return None
     return found
 
 
-async def pushed_out(target: ReplicatorClient, target_stream: str, subject: str, after_seq: int) -> bool:
-    """Whether a message stored on `subject` before target sequence `after_seq` would be gone
-    by now: the target keeps `max_msgs_per_subject` messages a subject, and at least that many
-    arrived on it after `after_seq`, whoever wrote them."""
+async def pushed_out(
+    target: ReplicatorClient, target_stream: str, subject: str, after_seq: int, owner: CopyOwner, seq: int
+) -> bool:
+    """Whether the owner's copy of source sequence `seq`, had it been stored on `subject`
+    before target sequence `after_seq`, would be gone by now: the target keeps
+    `max_msgs_per_subject` messages a subject, and at least that many arrived on it after
+    `after_seq` (whoever wrote them, but not the owner's copies of earlier source sequences,
+    which a gap fill stored there later)."""
     info = await stream_info(target, target_stream)
     limit = int(info.config.max_msgs_per_subject or 0) if info is not None else 0
     if info is None or limit <= 0 or after_seq >= int(info.state.last_seq):
@@ -390,7 +399,15 @@ async def pushed_out(target: ReplicatorClient, target_stream: str, subject: str,
         direct=bool(info.config.allow_direct),
         filter_subject=subject,
     ):
-        later += len(chunk)
+        for m in chunk:
+            mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
+            if (
+                mark is not None
+                and mark.sequence < seq
+                and owner.owns(mark, first_value(m.headers, MSG_ID_HEADER))
+            ):
+                continue
+            later += 1
         if later >= limit:
             return True
     return False

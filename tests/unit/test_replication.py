@@ -47,3 +47,14 @@ def test_start_at_end_is_the_end_as_the_replicator_starts(tmp_path: Path) -> Non
         assert (o.start_at_end, o.start_sequence) == (False, 106)
     finally:
         r.loop.stop()
+
+
+def test_a_missing_copy_belonged_before_the_lowest_placed_copy_of_a_later_source_sequence() -> None:
+    from replicator.replication import _next_position
+
+    # Source sequence -> target sequence: 3 was retried after 4 and 5 (a fill), 2 is missing.
+    after = _next_position({1: 10, 3: 14, 4: 11, 5: 12})
+    assert after(2) == 11  # 2 belonged before 4's copy, the lowest placed of 3, 4 and 5
+    assert after(0) == 10
+    assert after(5) is None
+    assert _next_position({})(1) is None
