@@ -367,7 +367,9 @@ class StreamReplication:
 
         async def window_s() -> float:
             info = await stream_info(await sink._conn(), s.target_stream)
-            return info.config.duplicate_window or 120.0 if info is not None else 0.0
+            if info is None:
+                return 0.0  # no stream to ask: taken as past the window (nothing published blind)
+            return info.config.duplicate_window or 120.0  # seconds; unset: the server's 2 minutes
 
         held = self.loop.run(present(), None)  # long, on a busy target; each read has its timeout
         if held is None:
