@@ -22,6 +22,7 @@ from replicator.metrics import metrics
 from replicator.monitor import Readiness, StreamState, serve
 from replicator.progress import PROGRESS_INTERVAL_S, Progress, slow_batch_line
 from replicator.replication import StreamReplication, entry_dir
+from replicator.spark.internals import captured_error_texts, jvm_answers
 from replicator.spark.listener import listen_to_batches
 from replicator.spark.planners import SOURCE_CREATION_MODULES, release_idle_planners
 from replicator.spark.session import build_session
@@ -129,7 +130,7 @@ class Runner:
                 if time.monotonic() < next_check:
                     continue
                 next_check = time.monotonic() + 1.0
-                if not self._jvm_alive():
+                if not jvm_answers(self.spark):
                     # Nothing can be copied without it, and retrying would hide that from the
                     # service manager: exit, and let it restart the whole process.
                     log.error("Spark's JVM is gone; exiting (exit status 1) so that the service is restarted")
@@ -146,15 +147,6 @@ class Runner:
         finally:
             self.shutdown()
         return exit_code
-
-    def _jvm_alive(self) -> bool:
-        """Spark's JVM answers a call (it died, or spark-submit's JVM was stopped: no)."""
-        assert self.spark is not None
-        try:
-            self.spark.sparkContext._jvm.java.lang.System.currentTimeMillis()  # type: ignore[union-attr]
-        except Exception:
-            return False
-        return True
 
     def _supervise(self, r: StreamReplication) -> None:
         if r.election is not None and self._follow_election(r):
@@ -354,14 +346,13 @@ class _Retry:
 
 
 _ERROR_LINE = re.compile(r"^(?:: |Caused by: )?(?:[\w.$]+\.)?(\w+(?:Error|Exception)|UnexpectedEOF): (.+)$")
-_CAUSES_AT_MOST = 20
 
 
 def _first_line(e: BaseException) -> str:
     """One line saying what went wrong. A failed batch's error is Spark's wrapper (say "Exception
     thrown in awaitResult") around a Java cause or a Python traceback: the innermost
     `SomeError: message` line in the chain of causes is the reason."""
-    lines = [line.strip() for text in _error_texts(e) for line in text.strip().splitlines()]
+    lines = [line.strip() for text in captured_error_texts(e) for line in text.strip().splitlines()]
     reasons = [m for m in map(_ERROR_LINE.match, lines) if m]
     if reasons:
         return f"{reasons[-1].group(1)}: {reasons[-1].group(2)}"
@@ -374,7 +365,7 @@ _STATE_STORE_NEARLY_FULL = 16 * 1024 * 1024
 
 def _hint(e: BaseException | None, r: StreamReplication) -> str:
     """What to do about an error the user can fix on this machine (a full disk); else nothing."""
-    if e is None or not any("No space left on device" in t for t in _error_texts(e)):
+    if e is None or not any("No space left on device" in t for t in captured_error_texts(e)):
         return ""
     where = entry_dir(r.cfg, r.s)
     try:
@@ -391,19 +382,3 @@ def _hint(e: BaseException | None, r: StreamReplication) -> str:
         ": a disk Spark writes to is full (its local directory, spark.local.dir, else /tmp): free "
         "space there; the replicator retries and continues where it stopped"
     )
-
-
-def _error_texts(e: BaseException) -> list[str]:
-    """The texts of `e` and its causes, outermost first. PySpark's captured exceptions keep the
-    JVM's cause in `_cause` (its stack trace, with its own "Caused by:" lines, in `_stackTrace`)."""
-    texts = [str(getattr(e, "_desc", None) or e)]
-    link: object = e
-    for _ in range(_CAUSES_AT_MOST):
-        trace = getattr(link, "_stackTrace", None)
-        if isinstance(trace, str):
-            texts.append("\n".join(ln for ln in trace.splitlines() if not ln.lstrip().startswith("at ")))
-        link = getattr(link, "_cause", None)
-        if link is None:
-            break
-        texts.append(str(getattr(link, "_desc", None) or ""))
-    return texts

@@ -1,4 +1,4 @@
-"""The tests' NATS servers: see replicator/servers.py (testcontainers where a Docker engine
+"""The tests' NATS servers: see harness/servers.py (testcontainers where a Docker engine
 answers, the venv's nats-server binary otherwise)."""
 
 from harness.servers import NatsCluster, docker_available, nats_cluster

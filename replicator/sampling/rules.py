@@ -9,7 +9,7 @@ when t - last copied >= inspect_duration x (1 - 0.1 h), h a stable hash of the s
 (and forgotten); seen again after a timeout but before expiring, it is advised `recover`.
 
 `SenderTable.process` works on one bucket of senders for one batch; batching and bucketing do
-not change its results (tests/unit/test_sampling.py checks it against `reference.py`).
+not change its results (tests/unit/sampling/test_rules.py checks it against `reference.py`).
 """
 
 from __future__ import annotations

@@ -81,27 +81,25 @@ class LocalCheckpoint:
 
 
 class HadoopCheckpoint:
-    """Through the driver JVM's org.apache.hadoop.fs.FileSystem (py4j), with the session's
-    Hadoop configuration: spark.hadoop.* settings (fs.s3a.*) apply here as they do to Spark."""
+    """Through the driver JVM's Hadoop FileSystem (replicator.spark.internals), with the
+    session's Hadoop configuration: spark.hadoop.* settings (fs.s3a.*) apply here as they do
+    to Spark."""
 
     def __init__(self, spark: SparkSession, uri: str) -> None:
+        from replicator.spark.internals import HadoopFileSystem
+
         self.location = uri.rstrip("/")
-        self._jvm: Any = spark.sparkContext._jvm
-        conf = spark.sparkContext._jsc.hadoopConfiguration()
-        self._fs: Any = self._path("").getFileSystem(conf)
+        self._hadoop = HadoopFileSystem(spark, self.location)
+        self._fs: Any = self._hadoop.fs
 
     def _path(self, name: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(f"{self.location}/{name}" if name else self.location)
+        return self._hadoop.path(f"{self.location}/{name}" if name else self.location)
 
     def read_text(self, name: str) -> str | None:
         path = self._path(name)
         if not self._fs.exists(path):
             return None
-        stream = self._fs.open(path)
-        try:
-            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
+        return self._hadoop.read_utf8(path)
 
     def write_text(self, name: str, text: str) -> None:
         # Written beside and renamed into place: an object store's rename is a copy, but of a

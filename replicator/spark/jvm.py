@@ -78,11 +78,10 @@ def driver_java_options(create_archive: bool = False, light: bool = True) -> str
 def finish_archive(timeout: float = 60.0) -> Path | None:
     """After `spark.stop()` in a session started with `create_archive`: end the JVM, wait for
     it to write its archive, and put the archive in place. None if it did not complete."""
-    from pyspark import SparkContext
+    from replicator.spark.internals import gateway_process
 
     archive = archive_path()
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None)
+    proc = gateway_process()
     if archive is None or proc is None:
         return None
     partial = partial_path(archive)

@@ -35,6 +35,8 @@ from replicator.subjects import rewrite_subject
 LANE_RESULT = pa.schema(
     [(name, pa.int64()) for name in ("rows", "bytes", "copied", "copied_bytes", "duplicates", "last_seq")]
 )
+# The same, as Spark's mapInArrow takes it (public API: a DDL string).
+LANE_RESULT_DDL = ", ".join(f"{name} long" for name in LANE_RESULT.names)
 
 
 def lane_messages(table: pa.Table, s: SinkSettings) -> Iterator[tuple[str, bytes, bytes]]:
@@ -180,8 +182,6 @@ class LaneSink:
         self._next_clean: int | None = None  # the batch after the last one published whole
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         started = time.monotonic()
         # Anything but the batch after one this sink published whole may be a replay.
         may_replay, self._next_clean = self._next_clean != batch_id, None
@@ -189,7 +189,7 @@ class LaneSink:
         # Each lane's counts straight to the driver, summed here: no shuffle after the publishing
         # stage, whose lost output would make Spark run a lane again as a first attempt.
         counts = [r.asDict() for r in lanes.mapInArrow(publish_lane(self.settings, may_replay),
-                                                        from_arrow_schema(LANE_RESULT)).collect()]  # fmt: skip
+                                                        LANE_RESULT_DDL).collect()]  # fmt: skip
         total = {name: sum(int(c[name] or 0) for c in counts) for name in LANE_RESULT.names}
         self.account(
             BatchResult(

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from replicator.spark.internals import CHECKPOINT_FILE_MANAGER
 from replicator.spark.pyworker import worker_python
 
 log = logging.getLogger(__name__)
@@ -38,9 +39,7 @@ DEFAULT_CONF: dict[str, str] = {
     # Offset and commit logs written through Hadoop's FileSystem API rather than its FileContext
     # (still written aside and renamed into place): 8 + 10 ms per batch instead of 15 + 20, a
     # third of a one-message batch (`make bench`, latency). state_store is a local directory.
-    "spark.sql.streaming.checkpointFileManagerClass": (
-        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
-    ),
+    "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
     # Python workers talk to the JVM over a Unix socket: over TCP each small batch's task waited
     # ~40 ms on delayed ACKs (a one-row mapInArrow job: 94 ms median, 50 ms with it).
     "spark.python.unix.domain.socket.enabled": "true",
@@ -122,9 +121,11 @@ def submitted_conf() -> dict[str, str] | None:
     is then ours to launch)."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         return None
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkConf
 
-    SparkContext._ensure_initialized()  # connects to spark-submit's JVM
+    from replicator.spark.internals import connect_to_submitted_gateway
+
+    connect_to_submitted_gateway()
     return dict(SparkConf().getAll())
 
 
@@ -179,12 +180,12 @@ def _launch_jvm_apart(master: str, app_name: str, settings: dict[str, str], quie
     with this process, killed or not: PySpark's gateway exits when its stdin, a pipe from this
     process, closes, and Spark's Python daemons exit when the JVM does.
     Its console output comes back through a pipe and Python's logging (replicator.spark.jvm_log)."""
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
+    from pyspark import SparkConf
 
+    from replicator.spark.internals import gateway_started, launch_gateway
     from replicator.spark.jvm_log import forward_jvm_output
 
-    if SparkContext._gateway is not None:
+    if gateway_started():
         return
     conf = SparkConf().setMaster(master).setAppName(app_name)
     for k, v in settings.items():
@@ -195,13 +196,12 @@ def _launch_jvm_apart(master: str, app_name: str, settings: dict[str, str], quie
     forwarder = forward_jvm_output(os.fdopen(read_end, "rb"), quiet)
     try:
         popen_kwargs = {"start_new_session": True, "stdout": write_end, "stderr": subprocess.STDOUT}
-        gateway = launch_gateway(conf, popen_kwargs=popen_kwargs)
+        launch_gateway(conf, popen_kwargs)
     except Exception:
         os.close(write_end)
         forwarder.join(5)  # the JVM has exited: its last words are logged before the error
         raise
     os.close(write_end)  # the JVM holds its own copy: the pipe ends when it exits
-    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
 @contextlib.contextmanager

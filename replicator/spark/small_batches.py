@@ -19,7 +19,6 @@ written before it existed) is read by Spark.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import OrderedDict
 from typing import Any
@@ -31,6 +30,7 @@ from replicator.nats.readers import ReadInterrupted, read_chunks
 from replicator.options import ReaderOptions
 from replicator.spark.checkpoint import CheckpointFiles
 from replicator.spark.datasource import split_range
+from replicator.spark.internals import offset_log_source_offset
 from replicator.spark.read_lease import batch_read_range
 from replicator.spark.rows import ARROW_SCHEMA, to_record_batch
 
@@ -43,20 +43,13 @@ KEEP_ROWS_OF = 16
 def batch_offsets(checkpoint: CheckpointFiles, batch_id: int) -> tuple[int, int, str | None] | None:
     """(first, end) sequences of a copy batch from the checkpoint's offset log, and the read
     lease's term it was planned under (replicator.spark.read_lease), or None when its entry is
-    missing or does not name its start. The entry is Spark's: a version line, a line of batch
-    metadata, then one offset per source (this query has one)."""
+    missing or does not name its start."""
     try:
         text = checkpoint.read_text(f"offsets/{batch_id}")
     except Exception:  # unreadable just now (a remote store's hiccup): Spark reads the batch
         return None
-    lines = (text or "").splitlines()
-    if len(lines) < 3 or not lines[0].startswith("v"):
-        return None
-    try:
-        offset = json.loads(lines[-1])
-    except ValueError:
-        return None
-    if not isinstance(offset, dict):
+    offset = offset_log_source_offset(text)
+    if offset is None:
         return None
     first, end = offset.get("from"), offset.get("seq")
     term = offset.get("term")

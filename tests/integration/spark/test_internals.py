@@ -1,0 +1,149 @@
+"""Canaries for replicator.spark.internals: each use of Spark's private surface, called on a real
+session. A pyspark that drops or changes one fails here, by name, instead of the replicator
+quietly taking that function's fallback in production (docs/design.md, "Upgrading pyspark")."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from replicator.runner import _first_line
+from replicator.spark import internals
+from replicator.spark.checkpoint import open_checkpoint
+from replicator.spark.listener import listen_to_batches
+from replicator.spark.planners import PLANNER_MODULE_PREFIX, release_idle_planners
+from replicator.spark.small_batches import batch_offsets
+
+pytestmark = pytest.mark.integration
+# Spark's Python workers cannot import this test module: its data source goes to them by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class _CountingReader(DataSourceStreamReader):
+    """Ten rows, with offsets shaped as the NATS source's ("seq" and where the batch starts)."""
+
+    def initialOffset(self) -> dict:
+        return {"seq": 1, "from": 1}
+
+    def latestOffset(self) -> dict:
+        return {"seq": 11, "from": 1}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return [InputPartition((start["seq"], end["seq"]))]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
+        first, end = partition.value  # type: ignore[attr-defined]
+        for seq in range(first, end):
+            yield (seq,)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class _CountingSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "canary_counting"
+
+    def schema(self) -> str:
+        return "seq long"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _CountingReader()
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from replicator.spark.session import build_session
+
+    s = build_session("local[1]", "internals-canary")
+    s.dataSource.register(_CountingSource)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def one_query(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    """A streaming query on a Python data source, run to its end, with every batch's progress."""
+    heard: list[dict[str, Any]] = []
+    progressed = threading.Event()
+
+    def on_progress(p: dict[str, Any]) -> None:
+        heard.append(p)
+        progressed.set()
+
+    assert listen_to_batches(spark, on_progress), "the progress listener could not be added"
+    checkpoint = tmp_path_factory.mktemp("canary-checkpoint")
+    query = (
+        spark.readStream.format("canary_counting").load()
+        .writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination(120)
+    assert progressed.wait(30), "no batch progress reached the listener"
+    return checkpoint, heard
+
+
+def test_the_jvm_is_ours_answers_and_has_the_checkpoint_file_manager_we_name(spark: Any) -> None:
+    assert internals.gateway_started()
+    assert internals.gateway_process() is not None, "the JVM's process is not where pyspark kept it"
+    assert internals.jvm_answers(spark)
+    assert internals.jvm_class_exists(spark, internals.CHECKPOINT_FILE_MANAGER), (
+        internals.CHECKPOINT_FILE_MANAGER
+    )
+    assert (
+        spark.conf.get("spark.sql.streaming.checkpointFileManagerClass") == internals.CHECKPOINT_FILE_MANAGER
+    )
+
+
+def test_each_batch_progress_reaches_the_listener_as_a_whole_document(one_query: Any) -> None:
+    _, heard = one_query
+    assert heard[0]["batchId"] == 0
+    assert heard[0]["numInputRows"] == 10
+    assert "durationMs" in heard[0] and "addBatch" in heard[0]["durationMs"]
+
+
+def test_the_offset_log_entry_names_the_batch_range(spark: Any, one_query: Any) -> None:
+    checkpoint, _ = one_query
+    files = open_checkpoint(str(checkpoint), spark)
+    assert internals.offset_log_source_offset(files.read_text("offsets/0")) == {"seq": 11, "from": 1}
+    assert batch_offsets(files, 0) == (1, 11, None)
+
+
+def test_the_planner_processes_are_found_and_released(spark: Any, one_query: Any) -> None:
+    daemons = internals.python_worker_daemons(spark)
+    planners = [d.module for d in daemons if d.module.startswith(PLANNER_MODULE_PREFIX)]
+    assert planners, f"no planner daemons among {[d.module for d in daemons]}"
+    released = release_idle_planners(spark)
+    assert released and set(released) <= set(planners)
+    assert not any(d.idle for d in internals.python_worker_daemons(spark) if d.module in released)
+
+
+def test_a_checkpoint_on_a_hadoop_uri_is_read_and_written_through_the_jvm(spark: Any, tmp_path: Path) -> None:
+    files = open_checkpoint(f"file://{tmp_path}/ckpt", spark)
+    assert type(files).__name__ == "HadoopCheckpoint"
+    assert files.read_text("inflight") is None
+    files.write_text("inflight", "é 1\n")
+    assert files.read_text("inflight") == "é 1\n"
+    assert (tmp_path / "ckpt" / "inflight").read_text() == "é 1\n"
+    assert "inflight" in files.names("")
+    assert files.exists("inflight")
+    files.delete("inflight")
+    assert not files.exists("inflight")
+
+
+def test_a_failure_inside_spark_keeps_its_message_and_cause(spark: Any) -> None:
+    with pytest.raises(Exception) as failed:
+        spark.sql("select raise_error('canary reason')").collect()
+    e = failed.value
+    assert isinstance(getattr(e, "_desc", None), str), "captured exceptions no longer keep _desc"
+    assert isinstance(getattr(e, "_stackTrace", None), str), "captured exceptions no longer keep _stackTrace"
+    assert any("canary reason" in t for t in internals.captured_error_texts(e))
+    assert "canary reason" in _first_line(e)
