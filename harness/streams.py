@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from replicator.headers import SOURCE_HEADER, parse_source_header
-from replicator.nats.connect import TLSSettings, open_connection
+from replicator.nats.connect import open_connection
 from replicator.nats.jetstream import stream_info
 from replicator.nats.readers import RawMessage, read_chunks
+from replicator.nats.tls import TLSFiles
 from replicator.nats.wire import first_value
 
 T = TypeVar("T")
@@ -25,7 +26,7 @@ async def count_messages(url: str, stream: str) -> int:
         await nc.close()
 
 
-async def read_all(url: str, stream: str, tls: TLSSettings | None = None) -> list[RawMessage]:
+async def read_all(url: str, stream: str, tls: TLSFiles | None = None) -> list[RawMessage]:
     """Every message of `stream` in sequence order (it holds them all in memory)."""
     return await read_digested(url, stream, lambda chunk: chunk, tls=tls)
 
@@ -35,7 +36,7 @@ async def read_digested(
     stream: str,
     digest: Callable[[list[RawMessage]], list[T]],
     filter_subject: str = "",
-    tls: TLSSettings | None = None,
+    tls: TLSFiles | None = None,
     tail: int = 0,
 ) -> list[T]:
     """What `digest` keeps of each chunk of `stream`'s messages (those matching
@@ -77,8 +78,8 @@ async def copy_differences(
     stream: str,
     dst_url: str,
     target_stream: str,
-    src_tls: TLSSettings | None = None,
-    dst_tls: TLSSettings | None = None,
+    src_tls: TLSFiles | None = None,
+    dst_tls: TLSFiles | None = None,
 ) -> list[str]:
     """How the target's copies differ from the source stream, sequence by sequence (subject
     aside, which a copy may rewrite): missing, duplicated, out of order or changed. Empty when

@@ -131,9 +131,12 @@ def health(
 @app.command("submit-file")
 def submit_file() -> None:
     """Print the path of the application file to give spark-submit (then --config FILE)."""
-    from replicator import submit
+    import importlib.util
 
-    typer.echo(submit.__file__)
+    # Found, not imported: replicator.submit imports this module to run.
+    spec = importlib.util.find_spec("replicator.submit")
+    assert spec is not None and spec.origin is not None
+    typer.echo(spec.origin)
 
 
 admin = typer.Typer(no_args_is_help=True, help="Inspect a replicator's state.")

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -22,15 +23,16 @@ from pydantic import (
     model_validator,
 )
 
-from replicator.durations import parse_duration
-from replicator.election import election_key
-from replicator.options import (
+from replicator.defaults import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_COPY_BATCH,
     DEFAULT_SAMPLING_BATCH,
     DEFAULT_SAMPLING_BUCKETS,
     default_sampling_partitions,
 )
+from replicator.durations import parse_duration
+from replicator.election import election_key
+from replicator.nats.tls import TLSFiles
 
 
 class ConfigError(ValueError):
@@ -45,23 +47,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class TLSConfig(_Strict):
-    ca: str = ""
-    cert: str = ""
-    key: str = ""
+def _tls_files(v: TLSFiles | None) -> TLSFiles | None:
+    problem = v.problem() if v is not None else None
+    if problem is not None:
+        raise ValueError(problem)
+    return v
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self.ca or self.cert or self.key)
 
-    @model_validator(mode="after")
-    def _pair(self) -> TLSConfig:
-        if bool(self.cert) != bool(self.key):
-            raise ValueError("cert and key must be given together")
-        for label, path in (("ca", self.ca), ("cert", self.cert), ("key", self.key)):
-            if path and not Path(path).is_file():
-                raise ValueError(f"{label} file {path!r} does not exist")
-        return self
+# A `tls:` block: ca, cert and key files (replicator.nats.tls), checked as the config is read.
+TLSConfig = Annotated[TLSFiles | None, AfterValidator(_tls_files)]
 
 
 class AdvisoryConfig(_Strict):
@@ -118,7 +112,7 @@ class HeartbeatConfig(_Strict):
     leader_election: bool = False
     headers: dict[str, str] = Field(default_factory=dict)
     subjects: list[HeartbeatSubject] = Field(min_length=1)
-    tls: TLSConfig | None = None
+    tls: TLSConfig = None
     choria: ChoriaCredentials = None
 
     @field_validator("url")
@@ -154,9 +148,9 @@ class StreamConfig(_Strict):
     start_at_end: bool = False
     max_age: Duration | None = None
     no_target_create: bool = False
-    tls: TLSConfig | None = None
-    source_tls: TLSConfig | None = None
-    target_tls: TLSConfig | None = None
+    tls: TLSConfig = None
+    source_tls: TLSConfig = None
+    target_tls: TLSConfig = None
     # Sampling and advisories (docs/configuration.md).
     inspect_field: str = ""
     inspect_header: str = ""
@@ -328,7 +322,7 @@ class Config(_Strict):
     logfile: str = ""
     # Extension: one JSON object a line for log shippers.
     log_format: Literal["text", "json"] = "text"
-    tls: TLSConfig | None = None
+    tls: TLSConfig = None
     heartbeats: HeartbeatConfig | None = None
     # Go's pprof endpoints; here: Spark's web UI (port 4040 and up) for the jobs and their timings.
     profiling: bool = False
@@ -429,7 +423,7 @@ def _one_line(err: ValidationError) -> str:
     first = err.errors()[0]
     where = _location(first["loc"]) or "config"
     msg = str(first["msg"]).removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
+    if first["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
         msg = "unknown key: remove it or check its spelling against the Choria Stream Replicator keys"
     elif first["type"] == "missing":
         msg = "is required"

@@ -15,28 +15,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from replicator.defaults import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_COPY_BATCH,
+    DEFAULT_FIRST_BATCH,
+    DEFAULT_SAMPLING_BUCKETS,
+)
+from replicator.nats.tls import TLSFiles
 from replicator.sampling.extract import SenderExtractor
 
 if TYPE_CHECKING:
     from replicator.config import StreamConfig
-
-# Rows per micro-batch while backlogged. A sampled batch rewrites the state of every bucket it
-# touches, so larger batches amortise that (measured in make bench).
-DEFAULT_COPY_BATCH = 10_000
-DEFAULT_SAMPLING_BATCH = 50_000
-DEFAULT_FIRST_BATCH = 2_000
-# Message bytes per copy batch while backlogged: its rows pass through the driver (768 MB of
-# JVM heap by default) on their way to the target; rows per batch are capped by this divided by
-# the stream's mean message size. (Sampled rows carry no payloads: no cap needed.)
-DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
-# Senders are hashed into this many buckets of Spark state; fixed once a checkpoint exists.
-DEFAULT_SAMPLING_BUCKETS = 32
-# Buckets per shuffle partition of a sampled query, when the config does not say.
-BUCKETS_PER_PARTITION = 16
-
-
-def default_sampling_partitions(buckets: int) -> int:
-    return max(1, buckets // BUCKETS_PER_PARTITION)
 
 
 @dataclass(frozen=True)
@@ -64,13 +53,6 @@ class SamplingOptions:
         return SenderExtractor(
             self.inspect_field, self.inspect_header, self.inspect_subject_token, self.inspect_force_field
         )
-
-
-@dataclass(frozen=True)
-class TLSFiles:
-    ca: str = ""
-    cert: str = ""
-    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -151,7 +133,7 @@ class ReaderOptions:
             # A sampled batch pays a fixed state rewrite and its first batch is slow anyway (the
             # stateful operator's start): full-size batches from the start.
             first_batch_messages=s.batch_max_messages if s.sampling else DEFAULT_FIRST_BATCH,
-            tls=TLSFiles(tls.ca, tls.cert, tls.key) if tls is not None and tls.enabled else None,
+            tls=tls if tls is not None and tls.enabled else None,
             sampling=sampling,
             # target_initiated (Choria's mode for a replicator placed near the target): the
             # source is across a long link, so each read request asks for four times as much.

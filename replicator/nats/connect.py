@@ -7,30 +7,19 @@ import contextlib
 import logging
 import ssl
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from replicator.nats.client import ReplicatorClient
+from replicator.nats.tls import TLSFiles
 from replicator.nats.urls import NatsURL, parse_nats_url
-
-
-class TLSSettings(Protocol):
-    """PEM files of a TLS connection (the config's `tls`, or the reader options' copy)."""
-
-    @property
-    def ca(self) -> str: ...
-    @property
-    def cert(self) -> str: ...
-    @property
-    def key(self) -> str: ...
-
 
 log = logging.getLogger(__name__)
 
 ERROR_LOG_INTERVAL_S = 30.0
 
 
-def ssl_context(tls: TLSSettings | None, insecure: bool) -> ssl.SSLContext | None:
-    if (tls is None or not (tls.ca or tls.cert or tls.key)) and not insecure:
+def ssl_context(tls: TLSFiles | None, insecure: bool) -> ssl.SSLContext | None:
+    if (tls is None or not tls.enabled) and not insecure:
         return None
     ctx = ssl.create_default_context(cafile=tls.ca if tls and tls.ca else None)
     if tls and tls.cert:
@@ -41,7 +30,7 @@ def ssl_context(tls: TLSSettings | None, insecure: bool) -> ssl.SSLContext | Non
     return ctx
 
 
-def connect_options(url: str | NatsURL, tls: TLSSettings | None = None, name: str = "") -> dict[str, Any]:
+def connect_options(url: str | NatsURL, tls: TLSFiles | None = None, name: str = "") -> dict[str, Any]:
     u = parse_nats_url(url) if isinstance(url, str) else url
     opts: dict[str, Any] = {
         "servers": u.servers,
@@ -106,7 +95,7 @@ def permanent_reason(e: BaseException) -> str | None:
 
 
 async def open_connection(
-    url: str | NatsURL, tls: TLSSettings | None = None, name: str = "", **overrides: Any
+    url: str | NatsURL, tls: TLSFiles | None = None, name: str = "", **overrides: Any
 ) -> ReplicatorClient:
     """Connect, retrying while the servers cannot be reached (nats-py's way); a refusal that
     retrying cannot cure (credentials, TLS) raises ConnectError at once, in one line that names

@@ -19,20 +19,13 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, CopyOwner, SourceMark, parse_source_header
 from replicator.nats.client import ReplicatorClient
-from replicator.nats.readers import DirectReader, RawMessage, ReadInterrupted, read_chunks
+from replicator.nats.readers import DirectReader, RawMessage, ReadInterrupted, read_chunks, stream_info
 from replicator.nats.wire import first_value
 from replicator.subjects import rewrite_subject
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
-
-
-async def stream_info(nc: Client, stream: str) -> StreamInfo | None:
-    try:
-        return await nc.jetstream().stream_info(stream)
-    except NotFoundError:
-        return None
 
 
 async def stream_info_and_time(

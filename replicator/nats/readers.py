@@ -15,7 +15,9 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
-from nats.js.errors import APIError
+from nats.aio.client import Client
+from nats.js.api import StreamInfo
+from nats.js.errors import APIError, NotFoundError
 
 from replicator.nats import wire
 from replicator.nats.client import ReplicatorClient
@@ -182,6 +184,14 @@ async def _leader_get(nc: ReplicatorClient, stream: str, req: dict[str, object])
     )
 
 
+async def stream_info(nc: Client, stream: str) -> StreamInfo | None:
+    """The stream's info, None when there is no such stream."""
+    try:
+        return await nc.jetstream().stream_info(stream)
+    except NotFoundError:
+        return None
+
+
 async def next_in_range(
     nc: ReplicatorClient, stream: str, filter_subject: str, seq: int, end: int
 ) -> RawMessage | None:
@@ -190,8 +200,6 @@ async def next_in_range(
     (deleted, expired, or not matching the filter). A range is planned from what the stream
     held; a leader that holds less than that (just elected, still applying its log) raises
     RangeNotHeld, so the range is read again rather than taken as ending early."""
-    from replicator.nats.jetstream import stream_info
-
     m = await leader_message(nc, stream, seq, filter_subject or ">")
     if m is not None:
         return m if m.seq < end else None  # the rest of the range is gone: the leader has later ones

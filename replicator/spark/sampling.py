@@ -28,6 +28,7 @@ from replicator.metrics import metrics
 from replicator.nats.connect import open_connection
 from replicator.nats.jetstream import stream_info
 from replicator.nats.readers import read_chunks
+from replicator.nats.tls import TLSFiles
 from replicator.sampling import state
 from replicator.sampling.rules import Message, SamplingParams
 from replicator.spark.rows import to_record_batch
@@ -122,7 +123,7 @@ class SamplingSink:
         ordered: OrderedSink,
         loop: LoopThread,
         source_url: str,
-        source_tls: Any,
+        source_tls: TLSFiles | None,
         reliable: bool,
         publish_advisories: bool,
         stream: str,

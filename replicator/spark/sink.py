@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator.aio import LoopThread
-from replicator.config import TLSConfig
 from replicator.headers import (
     EXPECTED_LAST_MSG_ID_HEADER,
     EXPECTED_LAST_SEQUENCE_HEADER,
@@ -43,6 +42,7 @@ from replicator.nats.client import ReplicatorClient
 from replicator.nats.connect import open_connection
 from replicator.nats.jetstream import TargetLimits, last_message, stream_info, target_limits
 from replicator.nats.publisher import PipelinedPublisher, PublishError, PublishOutcome
+from replicator.nats.tls import TLSFiles
 from replicator.nats.wire import HEADER_FRAME, encode_header_lines, first_value
 from replicator.spark.inflight import InflightRecord
 from replicator.subjects import rewrite_subject, subjects_matcher
@@ -95,7 +95,7 @@ class SinkSettings:
     subject_prefix: str = ""
     subject_remove: str = ""
     max_age_seconds: float | None = None
-    tls: TLSConfig | None = None
+    tls: TLSFiles | None = None
     max_pending: int = 4000
     ack_timeout: float = 30.0
     # Chain copies with Nats-Expected-Last-Sequence (the config's chain_copies).

@@ -12,12 +12,14 @@ import contextlib
 import threading
 from typing import Any
 
+from replicator.nats.tls import TLSFiles
+
 _lock = threading.Lock()
 _loop: Any = None  # replicator.aio.LoopThread, made by the first task that asks
-_connections: dict[tuple[str, str], Any] = {}
+_connections: dict[tuple[str, TLSFiles | None], Any] = {}
 
 
-def worker_connection(url: str, tls: Any, name: str) -> tuple[Any, Any]:
+def worker_connection(url: str, tls: TLSFiles | None, name: str) -> tuple[Any, Any]:
     """(loop, connection) to `url`: the one this worker kept, or a new one when it has none or
     its connection is no longer connected."""
     global _loop
@@ -35,16 +37,15 @@ def worker_connection(url: str, tls: Any, name: str) -> tuple[Any, Any]:
         return _loop, nc
 
 
-def drop_worker_connection(url: str, tls: Any) -> None:
+def drop_worker_connection(url: str, tls: TLSFiles | None) -> None:
     """Close the kept connection to `url` (a read failed or was abandoned): the next task opens
     a fresh one."""
     with _lock:
         _close(_connections.pop(_key(url, tls), None))
 
 
-def _key(url: str, tls: Any) -> tuple[str, str]:
-    # The TLS settings by value (the config's model is not hashable; its repr is its values).
-    return url, repr(tls)
+def _key(url: str, tls: TLSFiles | None) -> tuple[str, TLSFiles | None]:
+    return url, tls
 
 
 def _close(nc: Any) -> None:

@@ -18,9 +18,9 @@ from helpers import cli, registration, run, start_replicator, wait_for, write_co
 from nats_servers import NatsCluster, nats_cluster
 
 from harness.streams import copy_differences
-from replicator.config import TLSConfig
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.connect import ConnectError, open_connection
+from replicator.nats.tls import TLSFiles as ClientTLS
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         yield Secured(t, op, seed, operator_server, password_server, token_server)
 
 
-def _connect(url: str, tls: TLSConfig | None) -> str:
+def _connect(url: str, tls: ClientTLS | None) -> str:
     """'ok' once JetStream answers on a connection made as the replicator makes them, or the
     one-line error."""
 
@@ -92,15 +92,15 @@ def _connect(url: str, tls: TLSConfig | None) -> str:
 
 def test_every_way_to_connect_and_every_refusal(secured: Secured) -> None:
     t, op = secured.tls, secured.op
-    mtls = TLSConfig(ca=str(t.ca), cert=str(t.client_cert), key=str(t.client_key))
-    ca_only = TLSConfig(ca=str(t.ca))
+    mtls = ClientTLS(ca=str(t.ca), cert=str(t.client_cert), key=str(t.client_key))
+    ca_only = ClientTLS(ca=str(t.ca))
     opm = f"nats://127.0.0.1:{secured.port(secured.operator_server)}"
     pw = f"127.0.0.1:{secured.port(secured.password_server)}"
     tok = f"127.0.0.1:{secured.port(secured.token_server)}"
 
     assert _connect(f"{opm}?credentials={op.good}", mtls) == "ok"
     assert _connect(f"{opm}?jwt={op.user_jwt}&nkey={op.user_seed}", mtls) == "ok"
-    insecure = TLSConfig(cert=str(t.client_cert), key=str(t.client_key))  # no CA: not verified
+    insecure = ClientTLS(cert=str(t.client_cert), key=str(t.client_key))  # no CA: not verified
     assert _connect(f"{opm}?credentials={op.good}&insecure=true", insecure) == "ok"
     assert _connect(f"nats://repl:{PASSWORD}@{pw}?tls_handshake_first=true", ca_only) == "ok"
     assert _connect(f"nats://{pw}?nkey={secured.nkey_seed}&tls_handshake_first=true", ca_only) == "ok"
@@ -118,7 +118,7 @@ def test_every_way_to_connect_and_every_refusal(secured: Secured) -> None:
     assert "(auth-test)" in refused["wrong password"]
     no_cert = _connect(f"{opm}?credentials={op.good}", ca_only)
     assert "requires a client certificate: give tls: cert and key" in no_cert
-    unknown_ca = _connect(f"{opm}?credentials={op.good}", TLSConfig(ca=str(t.other_ca), cert=str(t.client_cert),
+    unknown_ca = _connect(f"{opm}?credentials={op.good}", ClientTLS(ca=str(t.other_ca), cert=str(t.client_cert),
                                                                      key=str(t.client_key)))  # fmt: skip
     assert "not signed by a CA this client trusts" in unknown_ca
     plain_client = _connect(f"{opm}?credentials={op.good}", None)  # the server has TLS, the client no CA
@@ -169,7 +169,7 @@ def test_a_copy_over_tls_and_credentials_shows_no_secret(secured: Secured, tmp_p
 
 
 async def _nc(url: str, tls: dict[str, str]) -> ReplicatorClient:
-    return await open_connection(url, TLSConfig(**tls), name="auth-test")
+    return await open_connection(url, ClientTLS(**tls), name="auth-test")
 
 
 async def create_stream_tls(url: str, tls: dict[str, str], name: str) -> None:
@@ -204,5 +204,5 @@ async def count_tls(url: str, tls: dict[str, str], stream: str) -> int:
 
 
 async def differences_tls(src: str, src_tls: dict[str, str], dst: str, dst_tls: dict[str, str]) -> list[str]:
-    return await copy_differences(src, "SECURE", dst, "SECURE", src_tls=TLSConfig(**src_tls),
-                                  dst_tls=TLSConfig(**dst_tls))  # fmt: skip
+    return await copy_differences(src, "SECURE", dst, "SECURE", src_tls=ClientTLS(**src_tls),
+                                  dst_tls=ClientTLS(**dst_tls))  # fmt: skip

@@ -199,3 +199,23 @@ def test_every_v09_key_is_accepted_or_refused_with_why_never_as_a_misspelling(wh
         assert "spelling" not in text and "\n" not in text
         assert "not supported" in text, text  # a refusal says so, and why
         assert key == "choria" or key.endswith("_choria"), f"{key} refused: {text}"
+
+
+def test_tls_files_are_checked_as_the_config_is_read_and_carried_as_one_plain_type(tmp_path: Path) -> None:
+    from replicator.nats.tls import TLSFiles
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    stream = {**BASE["streams"][0], "target_tls": {"ca": str(ca)}}
+    cfg = parse_config({**BASE, "tls": {"ca": str(ca)}, "streams": [stream]})
+    s = cfg.streams[0]
+    assert s.source_tls == s.target_tls == TLSFiles(ca=str(ca))  # inherited, and its own
+    assert hash(s.source_tls) == hash(s.target_tls)  # keys a Spark worker's kept connections
+    for tls, error in (
+        ({"cert": str(ca)}, "streams[0].tls: cert and key must be given together"),
+        ({"ca": str(tmp_path / "nope.pem")}, f"streams[0].tls: ca file '{tmp_path / 'nope.pem'}' does not exist"),
+        ({"ca": str(ca), "kye": "k"}, "streams[0].tls.kye: unknown key: remove it or check its spelling"),
+    ):
+        with pytest.raises(ConfigError) as failed:
+            parse_config({**BASE, "streams": [{**BASE["streams"][0], "tls": tls}]})
+        assert str(failed.value).startswith(error), str(failed.value)

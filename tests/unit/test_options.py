@@ -7,14 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from replicator.config import parse_config
-from replicator.options import (
-    DEFAULT_COPY_BATCH,
-    DEFAULT_SAMPLING_BATCH,
-    DEFAULT_SAMPLING_BUCKETS,
-    ReaderOptions,
-    SamplingOptions,
-    TLSFiles,
-)
+from replicator.defaults import DEFAULT_COPY_BATCH, DEFAULT_SAMPLING_BATCH, DEFAULT_SAMPLING_BUCKETS
+from replicator.nats.tls import TLSFiles
+from replicator.options import ReaderOptions, SamplingOptions
 
 
 def test_every_field_survives_sparks_string_options() -> None:
