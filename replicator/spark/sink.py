@@ -14,6 +14,7 @@ import asyncio
 import bisect
 import concurrent.futures
 import contextlib
+import enum
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -130,13 +131,108 @@ def _ascending(seqs: Any) -> bool:
     return bool(pc.all(pc.greater(seqs.slice(1), seqs.slice(0, len(seqs) - 1))).as_py())
 
 
+# Attempts at one batch: a broken chain or another writer's message costs one more each.
+PUBLISH_ATTEMPTS = 4
+
+
+class Settled(enum.Enum):
+    """What one publish attempt's acks lead to (OrderedSink._settle)."""
+
+    DONE = "every copy stored"
+    # A sparse ack failed: which copies before it were stored is read from the target's tail.
+    AGAIN_FROM_THE_TAIL_EACH_ACKED = "again from the target's last copy, each copy acknowledged"
+    # A chained copy was refused because the target's last message was not the one before it.
+    AGAIN_AFTER_THE_STORED = "again after the copies stored"
+
+
+@dataclass
+class BatchCopies:
+    """One batch's rows as the copies they become: the columns taken out once, each copy's
+    subject and header lines made as it is handed to the publisher, and the first row that
+    cannot be copied whatever the order (too large, a subject the target does not hold)."""
+
+    settings: SinkSettings
+    limits: TargetLimits
+    covered: Callable[[str], bool] | None  # the target's subjects (None: not known)
+    subjects: list[str]
+    seqs: list[int]
+    ts_ms: list[int]
+    headers: list[Any]
+    datas: list[bytes]
+    held: str | None = None  # why publishing stopped before a row, or the fence cut it (see stop)
+    last_id: str = ""  # the Nats-Msg-Id of the last copy handed over in this attempt
+
+    @classmethod
+    def of(
+        cls, table: pa.Table, s: SinkSettings, limits: TargetLimits, covered: Callable[[str], bool] | None
+    ) -> BatchCopies:
+        return cls(
+            s,
+            limits,
+            covered,
+            table.column("subject").to_pylist(),
+            table.column("seq").to_pylist(),
+            pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist(),
+            table.column("headers").to_pylist(),
+            table.column("data").to_pylist(),
+        )
+
+    def stop(self, why: str) -> None:
+        """No copy after this point in the batch: the first reason given is the one reported."""
+        if self.held is None:
+            self.held = why
+
+    def first_above(self, floor: int, start: int) -> int:
+        """The first row from `start` on whose source sequence is above `floor`."""
+        while start < len(self.seqs) and self.seqs[start] <= floor:
+            start += 1
+        return start
+
+    def messages(
+        self, start: int, chain: tuple[str, int] | None, by_sequence: bool
+    ) -> Iterator[tuple[str, bytes, bytes]]:
+        """(subject, data, header lines) of each copy from row `start`. `chain`: the target's
+        last message before this attempt (its Nats-Msg-Id and sequence; None: unchained), each
+        copy then expecting the one before it, by sequence on a clustered target."""
+        s, limits = self.settings, self.limits
+        size_limit, size_setter = limits.size_limit()
+        prev = chain[0] if chain is not None else ""
+        for i in range(start, len(self.seqs)):
+            subject = rewrite_subject(self.subjects[i], s.subject_prefix, s.subject_remove)
+            seq, data = self.seqs[i], self.datas[i]
+            msg_id = message_id(s.stream_identity, seq)
+            lines = copy_header_lines(s, seq, self.headers[i], self.ts_ms[i], msg_id)
+            if chain is not None and by_sequence:
+                lines += EXPECTED_LAST_SEQUENCE % (chain[1] + i - start)
+            elif prev:
+                lines += EXPECTED_LAST_MSG_ID % prev.encode()
+            size = len(lines) + HEADER_FRAME + len(data)
+            if size > size_limit:
+                self.stop(
+                    f"source sequence {seq} is {size} bytes with its headers, above the {size_setter} "
+                    f"({size_limit} bytes): raise that limit on the target"
+                )
+                return
+            if self.covered is not None and not self.covered(subject):
+                self.stop(
+                    f"source sequence {seq} would be copied to subject {subject}, which target stream "
+                    f"{s.target_stream} does not hold (its subjects: {', '.join(limits.subjects)}): add it "
+                    "to the stream's subjects or set target_subject_prefix/target_subject_remove"
+                )
+                return
+            self.last_id = msg_id
+            if chain is not None:
+                prev = msg_id
+            yield subject, data, lines
+
+
 # While a leader publishes, its lease is looked at this often: once it has ended, whatever the
 # connection has not sent yet is dropped (replicator.nats.client.discard_unsent). Half the
 # 0.1 s docs/operations.md promises, so a busy event loop still keeps it.
 FENCE_POLL_S = 0.05
 
 
-async def _fence_watch(nc: ReplicatorClient, fence: Callable[[], bool], held: list[str]) -> None:
+async def _fence_watch(nc: ReplicatorClient, fence: Callable[[], bool], copies: BatchCopies) -> None:
     """The lease as a fence: a publish waiting on a slow or stalled target (back-pressure, the
     client's and the kernel's buffers) must not land once the lease has ended, when another
     instance may lead. Each copy is checked before it is handed to the connection; this drops
@@ -144,7 +240,7 @@ async def _fence_watch(nc: ReplicatorClient, fence: Callable[[], bool], held: li
     while True:
         await asyncio.sleep(FENCE_POLL_S)
         if not fence():
-            held.append(
+            copies.held = (
                 "not the leader any more: the lease ended while publishing; what was not sent was dropped"
             )
             nc.discard_unsent()
@@ -176,7 +272,7 @@ class OrderedSink:
         self._nc: ReplicatorClient | None = None
         self._publisher: PipelinedPublisher | None = None
         self._landed_before = 0  # what publishers dropped since had landed
-        self._limits = TargetLimits(None, 0, ())
+        self._limits: TargetLimits | None = None  # read with each new publisher
         self._covered = subjects_matcher([])
         # Whether others publish to the target too: then copies are not chained (see
         # EXPECTED_LAST_SEQUENCE); found out when a chain breaks on someone else's message.
@@ -204,6 +300,7 @@ class OrderedSink:
 
     async def _drop_publisher(self) -> None:
         publisher, self._publisher = self._publisher, None
+        self._limits = None  # read again with the next publisher: the stream may have changed
         if publisher is not None:
             self._landed_before += publisher.landed
             with contextlib.suppress(Exception):  # a connection being lost: its subscriptions go with it
@@ -370,141 +467,136 @@ class OrderedSink:
 
     async def _publish_all(self, table: pa.Table) -> PublishOutcome:
         """Publish the rows in order; a refusal raises with the rows before it stored (the floor
-        moved past them) and, unless the target has other writers, none after it."""
-        nc = await self._conn()
-        s = self.settings
-        if self._publisher is None or self._publisher.nc is not nc:
-            await self._drop_publisher()
-            self._publisher = PipelinedPublisher(nc, s.target_stream, s.max_pending)
-            self._tail = None
-            self._limits = await target_limits(nc, s.target_stream)
-            self._covered = subjects_matcher(list(self._limits.subjects))
-        publisher, limits = self._publisher, self._limits
-        size_limit, size_setter = limits.size_limit()
-        covered = self._covered if limits.subjects else None
-        identity, prefix, remove = s.stream_identity, s.subject_prefix, s.subject_remove
-        subjects = table.column("subject").to_pylist()
-        seqs = table.column("seq").to_pylist()
-        ts_ms = pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist()
-        headers = table.column("headers").to_pylist()
-        datas = table.column("data").to_pylist()
-
-        held: list[str] = []  # why publishing stopped before a row, if it did
-
-        fence = self.may_publish
-
+        moved past them) and, unless the target has other writers, none after it. Up to
+        PUBLISH_ATTEMPTS attempts, each from where the target's copies end (see _settle)."""
+        nc, publisher, limits = await self._publisher_for_target()
+        copies = BatchCopies.of(table, self.settings, limits, self._covered if limits.subjects else None)
         by_sequence = limits.replicas > 1  # a clustered target (see EXPECTED_LAST_MSG_ID)
-
-        def messages(start: int, chain: tuple[str, int] | None) -> Iterator[tuple[str, bytes, bytes]]:
-            # chain: the target's last message before this attempt (None: not chained).
-            prev = chain[0] if chain is not None else ""
-            for i in range(start, len(seqs)):
-                subject, seq, hdr, data = (
-                    rewrite_subject(subjects[i], prefix, remove),
-                    seqs[i],
-                    headers[i],
-                    datas[i],
-                )
-                msg_id = message_id(identity, seq)
-                lines = copy_header_lines(s, seq, hdr, ts_ms[i], msg_id)
-                if chain is not None and by_sequence:
-                    lines += EXPECTED_LAST_SEQUENCE % (chain[1] + i - start)
-                elif prev:
-                    lines += EXPECTED_LAST_MSG_ID % prev.encode()
-                size = len(lines) + HEADER_FRAME + len(data)
-                if size > size_limit:
-                    held.append(
-                        f"source sequence {seq} is {size} bytes with its headers, above the {size_setter} "
-                        f"({size_limit} bytes): raise that limit on the target"
-                    )
-                    return
-                if covered is not None and not covered(subject):
-                    held.append(
-                        f"source sequence {seq} would be copied to subject {subject}, which target stream "
-                        f"{s.target_stream} does not hold (its subjects: {', '.join(limits.subjects)}): add it "
-                        "to the stream's subjects or set target_subject_prefix/target_subject_remove"
-                    )
-                    return
-                last_id[0] = msg_id
-                if chain is not None:
-                    prev = msg_id
-                yield subject, data, lines
-
-        last_id = [""]  # the Nats-Msg-Id of the last row published in this attempt
         # Sparse acks only where a stored copy vouches for those before it (an id chain).
-        start, duplicates, ack_every = 0, 0, 1 if by_sequence else CHAINED_ACK_EVERY
-        for _attempt in range(4):
-            if not self.shared_target and self._tail is None:
-                self._tail, ours = await self._target_tail(nc)
-                if not ours and by_sequence and await self._target_moving(nc, self._tail[1]):
-                    # Someone else's message is last and others are still being stored: another
-                    # writer, found before chaining. On a clustered target a chain by sequence
-                    # would not stop at its messages: a refused copy takes no sequence, so a
-                    # foreign message lines the next copy up and it is stored after the refused
-                    # one (test_target_refusals, R3). A foreign tail that stays put (an old
-                    # message) is chained from, as on a single server.
-                    self._another_writer()
-            while start < len(seqs) and seqs[start] <= self.floor:
-                start += 1  # already in the target (its tail said so)
+        ack_every = 1 if by_sequence else CHAINED_ACK_EVERY
+        start, duplicates = 0, 0
+        for _ in range(PUBLISH_ATTEMPTS):
+            await self._look_for_another_writer(nc, by_sequence)
+            start = copies.first_above(self.floor, start)  # the ones before are in the target
             chain = None if self.shared_target else self._tail
             self._tail = None  # unknown until this attempt is settled
-            last_id[0] = ""
-            watch = asyncio.create_task(_fence_watch(nc, fence, held)) if fence is not None else None
-            try:
-                outcome = await publisher.publish(
-                    messages(start, chain),
-                    s.ack_timeout + (len(seqs) - start) / 1000,
-                    ack_every if chain is not None else 1,
-                    fence,
-                )
-            except PublishError:
-                if held:  # the fence cut the connection: say why
-                    raise PublishError(f"{held[0]}; nothing after it is copied") from None
-                raise
-            finally:
-                if watch is not None:
-                    watch.cancel()
+            outcome = await self._send(publisher, nc, copies, start, chain, by_sequence, ack_every)
             duplicates += outcome.duplicates
-            first = outcome.first_failure()
-            if first is not None and not outcome.exact:
-                # Some copy at or before the failed ack was not stored: the target's tail says
-                # which were, and the rest go again with an ack each, to show why if they fail.
-                await self._tail_after_broken_chain(nc)
-                landed = bisect.bisect_right(seqs, self.floor, lo=start) - start
-                publisher.landed += max(0, landed - outcome.stored)  # the acks vouched for fewer
-                ack_every = 1
-                continue
-            stored = first.index if first is not None else outcome.published
-            if stored:
-                self.floor = max(self.floor, seqs[start + stored - 1])
-            if first is None:
-                if chain is not None and last_id[0] and not outcome.duplicates:
-                    self._tail = (last_id[0], chain[1] + outcome.published)  # each took the next sequence
-                if held:
-                    raise PublishError(f"{held[0]}; nothing after it is copied until then")
+            next_step = await self._settle(nc, publisher, copies, outcome, start, chain, by_sequence)
+            if next_step is Settled.DONE:
                 outcome.duplicates = duplicates
                 return outcome
-            if outcome.stored > stored and self.inflight is not None:
-                self.inflight.mark_unchained()  # copies after the refused one were stored: a gap
-            if first.code not in WRONG_LAST or chain is None:
-                later = "; the messages after it were held back" if chain is not None else ""
-                raise PublishError(
-                    f"target stream {s.target_stream} refused source sequence {seqs[start + first.index]}: "
-                    f"{first.reason}{later}; the batch will be retried"
-                )
-            if by_sequence and outcome.stored > stored:
-                # A copy after the refused one was stored: another writer's message lined the
-                # sequence up again. Its tail would say our copies end past the refused ones:
-                # they go again unchained after the ones stored (out of order, not lost).
-                self._another_writer()
-                start += stored
-                continue
-            # The target's last message was not the one we published before: read its tail.
-            await self._tail_after_broken_chain(nc)
-            start += stored
+            if next_step is Settled.AGAIN_FROM_THE_TAIL_EACH_ACKED:
+                ack_every = 1
+            else:
+                start += outcome.first_failure().index  # type: ignore[union-attr]
         raise PublishError(
-            f"target stream {s.target_stream} kept moving while we published; the batch will be retried"
+            f"target stream {self.settings.target_stream} kept moving while we published; the batch will be retried"
         )
+
+    async def _publisher_for_target(self) -> tuple[ReplicatorClient, PipelinedPublisher, TargetLimits]:
+        """The target connection, its publisher, and the target's limits: read again whenever
+        the connection or the publisher is new."""
+        nc = await self._conn()
+        if self._publisher is None or self._publisher.nc is not nc or self._limits is None:
+            await self._drop_publisher()
+            self._tail = None
+            self._limits = await target_limits(nc, self.settings.target_stream)
+            self._covered = subjects_matcher(list(self._limits.subjects))
+            self._publisher = PipelinedPublisher(nc, self.settings.target_stream, self.settings.max_pending)
+        return nc, self._publisher, self._limits
+
+    async def _look_for_another_writer(self, nc: ReplicatorClient, by_sequence: bool) -> None:
+        """Before a chained attempt: the target's tail, and on a clustered target whether
+        another writer is storing messages right now."""
+        if self.shared_target or self._tail is not None:
+            return
+        self._tail, ours = await self._target_tail(nc)
+        if not ours and by_sequence and await self._target_moving(nc, self._tail[1]):
+            # Someone else's message is last and others are still being stored: another writer,
+            # found before chaining. On a clustered target a chain by sequence would not stop at
+            # its messages: a refused copy takes no sequence, so a foreign message lines the next
+            # copy up and it is stored after the refused one (test_target_refusals, R3). A foreign
+            # tail that stays put (an old message) is chained from, as on a single server.
+            self._another_writer()
+
+    async def _send(
+        self,
+        publisher: PipelinedPublisher,
+        nc: ReplicatorClient,
+        copies: BatchCopies,
+        start: int,
+        chain: tuple[str, int] | None,
+        by_sequence: bool,
+        ack_every: int,
+    ) -> PublishOutcome:
+        """One attempt: the copies from row `start` on, chained to `chain` (the target's last
+        message before it; None: unchained, each acknowledged), with the lease as a fence."""
+        fence = self.may_publish
+        copies.last_id = ""
+        watch = asyncio.create_task(_fence_watch(nc, fence, copies)) if fence is not None else None
+        try:
+            return await publisher.publish(
+                copies.messages(start, chain, by_sequence),
+                self.settings.ack_timeout + (len(copies.seqs) - start) / 1000,
+                ack_every if chain is not None else 1,
+                fence,
+            )
+        except PublishError:
+            if copies.held:  # the fence cut the connection: say why
+                raise PublishError(f"{copies.held}; nothing after it is copied") from None
+            raise
+        finally:
+            if watch is not None:
+                watch.cancel()
+
+    async def _settle(
+        self,
+        nc: ReplicatorClient,
+        publisher: PipelinedPublisher,
+        copies: BatchCopies,
+        outcome: PublishOutcome,
+        start: int,
+        chain: tuple[str, int] | None,
+        by_sequence: bool,
+    ) -> Settled:
+        """What an attempt's acks mean: the floor moved past what they say was stored, then done,
+        or another attempt and from where, or the batch fails (PublishError)."""
+        seqs = copies.seqs
+        first = outcome.first_failure()
+        if first is not None and not outcome.exact:
+            # Some copy at or before the failed ack was not stored: the target's tail says which
+            # were, and the rest go again with an ack each, to show why if they fail.
+            await self._tail_after_broken_chain(nc)
+            landed = bisect.bisect_right(seqs, self.floor, lo=start) - start
+            publisher.landed += max(0, landed - outcome.stored)  # the acks vouched for fewer
+            return Settled.AGAIN_FROM_THE_TAIL_EACH_ACKED
+        stored = first.index if first is not None else outcome.published
+        if stored:
+            self.floor = max(self.floor, seqs[start + stored - 1])
+        if first is None:
+            if chain is not None and copies.last_id and not outcome.duplicates:
+                self._tail = (copies.last_id, chain[1] + outcome.published)  # each took the next sequence
+            if copies.held:
+                raise PublishError(f"{copies.held}; nothing after it is copied until then")
+            return Settled.DONE
+        if outcome.stored > stored and self.inflight is not None:
+            self.inflight.mark_unchained()  # copies after the refused one were stored: a gap
+        if first.code not in WRONG_LAST or chain is None:
+            later = "; the messages after it were held back" if chain is not None else ""
+            raise PublishError(
+                f"target stream {self.settings.target_stream} refused source sequence "
+                f"{seqs[start + first.index]}: {first.reason}{later}; the batch will be retried"
+            )
+        if by_sequence and outcome.stored > stored:
+            # A copy after the refused one was stored: another writer's message lined the
+            # sequence up again. Its tail would say our copies end past the refused ones: they
+            # go again unchained after the ones stored (out of order, not lost).
+            self._another_writer()
+            return Settled.AGAIN_AFTER_THE_STORED
+        # The target's last message was not the one we published before: read its tail.
+        await self._tail_after_broken_chain(nc)
+        return Settled.AGAIN_AFTER_THE_STORED
 
     async def _tail_after_broken_chain(self, nc: ReplicatorClient) -> None:
         """Where our copies in the target end (the floor), after a chained copy was refused;
