@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from replicator.config import Config, StreamConfig
-from replicator.replication import checkpoint_location
+from replicator.entry_files import checkpoint_location
 from replicator.sampling import state
 from replicator.spark.checkpoint import is_uri, open_checkpoint
 

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import bisect
 import concurrent.futures
 import contextlib
 import dataclasses
+import enum
 import json
-import re
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -21,6 +19,16 @@ import pyarrow as pa
 from replicator.aio import LoopThread
 from replicator.config import Config, StreamConfig
 from replicator.election import Election, election_key
+from replicator.entry_files import (
+    INITIAL_OFFSET_FILE,
+    checkpoint_location,
+    crash_leftovers,
+    entry_dir,
+    inflight_path,
+    lease_path,
+    stopping_path,
+)
+from replicator.gap_fill import GapFill
 from replicator.headers import CopyOwner
 from replicator.logs import stream_logger
 from replicator.metrics import metrics
@@ -28,12 +36,10 @@ from replicator.nats.connect import ConnectError, open_connection
 from replicator.nats.jetstream import (
     answered,
     as_start_time,
-    copies_in_range,
     ensure_target_stream,
     find_last_copied,
     go_source_initiated_consumer,
     last_sequence,
-    pushed_out,
     stream_info,
     wait_for_stream,
 )
@@ -55,7 +61,6 @@ from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink,
 from replicator.spark.session import session_conf
 from replicator.spark.sink import BatchResult, OrderedSink, SinkSettings
 from replicator.spark.small_batches import SmallBatchReader
-from replicator.subjects import rewrite_subject
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,75 +71,12 @@ if TYPE_CHECKING:
 ELECTION_RECONNECT_S = 30.0
 
 
-def entry_name(s: StreamConfig) -> str:
-    """A stream entry's own directory, relative to state_store (and to checkpoint_store)."""
-    name = f"{s.stream}_{s.name}"
-    if s.leader_election_name and not s.sampling:
-        # A hot standby's query and files are its own (instances may share state_store): a
-        # copy entry that takes over continues from the target, not from a checkpoint.
-        name += "/candidate_" + re.sub(r"[^A-Za-z0-9_.-]", "_", s.leader_election_name)
-    return name
-
-
-def entry_dir(cfg: Config, s: StreamConfig) -> Path:
-    """A stream entry's directory under state_store: its control files, and its checkpoint
-    unless checkpoint_store puts that elsewhere."""
-    return Path(cfg.state_store) / entry_name(s)
-
-
-def checkpoint_location(cfg: Config, s: StreamConfig) -> str:
-    """Spark's checkpointLocation for a stream entry: a local path, or a Hadoop URI."""
-    if cfg.checkpoint_store:
-        return f"{cfg.checkpoint_store.rstrip('/')}/{entry_name(s)}/checkpoint"
-    return str(entry_dir(cfg, s) / "checkpoint")
-
-
-def crash_leftovers(checkpoint: CheckpointFiles) -> list[str]:
-    """Spark's half-written offset and commit log files (`.<batch>.<uuid>.tmp`, renamed into
-    place once written, and Hadoop's `..<batch>.<uuid>.tmp.crc` beside each) that a kill -9
-    left behind. Spark never reads them, but a stateful query's first batch refuses to run
-    while its offset log holds any file (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY), so a kill
-    during that batch's log write would stop the stream for good."""
-    return [
-        f"{log}/{name}"
-        for log in ("offsets", "commits")
-        for name in checkpoint.names(log)
-        if name.startswith(".") and name.endswith((".tmp", ".tmp.crc"))
-    ]
-
-
-# Inside the checkpoint: removing the checkpoint (to copy again) removes it too.
-INITIAL_OFFSET_FILE = "sr-initial-offset.json"
-
-
-def _next_position(held: dict[int, int]) -> Callable[[int], int | None]:
-    """For a source sequence, the lowest target sequence of a copy in `held` (source sequence
-    -> target sequence) of a later source sequence: where a copy of it belonged."""
-    seqs = sorted(held)
-    lowest_from = [0] * len(seqs)  # the lowest target sequence of seqs[i:]
-    low = None
-    for i in range(len(seqs) - 1, -1, -1):
-        low = held[seqs[i]] if low is None else min(low, held[seqs[i]])
-        lowest_from[i] = low
-
-    def after(seq: int) -> int | None:
-        i = bisect.bisect_right(seqs, seq)
-        return lowest_from[i] if i < len(seqs) else None
-
-    return after
-
-
-def inflight_path(cfg: Config, s: StreamConfig) -> Path:
-    return entry_dir(cfg, s) / "inflight.json"
-
-
-def stopping_path(cfg: Config, s: StreamConfig) -> Path:
-    return entry_dir(cfg, s) / "stopping"
-
-
-def lease_path(cfg: Config, s: StreamConfig) -> Path:
-    """A hot standby's query reads only while this file exists (ReaderOptions.lease_file)."""
-    return entry_dir(cfg, s) / "leading.json"
+class QueryState(enum.Enum):
+    NONE = "not started"
+    RUNNING = "running"
+    FAILED = "ended by a failed batch, or stopped"
+    # A batch Spark already committed could not be published (its in-flight record holds it).
+    PUBLISH_FAILED = "publishing a committed batch failed"
 
 
 class StreamReplication:
@@ -155,12 +97,11 @@ class StreamReplication:
         self.lag: int | None = None  # last value of update_lag(), for progress reports
         self.election: Election | None = None
         self.took_over = False  # leader-elected: this instance's query runs as the leader
-        # The in-flight range (first, last, since) last looked at for gaps: not again on each
-        # restart of the query in this process.
-        self._gaps_checked: tuple[int, int, int] | None = None
         self._election_run: concurrent.futures.Future[None] | None = None
         self._won = 0  # the election's wins when this instance last took over
         self.log = stream_logger(__name__, self.label)
+        # Finds and publishes what a batch that failed mid-way left missing (replicator.gap_fill).
+        self.gap_fill = GapFill(loop, self.log, scfg.target_subject_prefix, scfg.target_subject_remove)
 
     @property
     def label(self) -> str:
@@ -341,92 +282,26 @@ class StreamReplication:
         if record is None or left is None:
             return
         if left.unchained:
-            self._fill_gaps(left.first_seq, min(left.last_seq, self.sink.floor), left.since_ns)
+            self.gap_fill.run(
+                self.sink,
+                left.first_seq,
+                min(left.last_seq, self.sink.floor),
+                left.since_ns,
+                lambda first, end: read_range_chunks(self.reader_options(), first, end),
+            )
         first = max(left.first_seq, self.sink.floor + 1)
         if first <= left.last_seq:
             self.log.info("publishing source sequences %d-%d, left in flight when it last stopped", first, left.last_seq)  # fmt: skip
             for chunk in read_range_chunks(self.reader_options(), first, left.last_seq + 1):
                 self.sink.republish(pa.Table.from_batches([to_record_batch(self.s.stream, chunk)]))
-        self.sink.floor = max(self.sink.floor, left.last_seq)
+        self.sink.handled_up_to(left.last_seq)
         record.clear()
 
-    def _fill_gaps(self, first: int, last: int, since_ns: int) -> None:
-        """Copies the target lacks between `first` and `last`, at or below its last copy of
-        ours, published now. A chained batch on a single server never leaves a copy after a
-        gap; an unchained one (`chain_copies: false`, a target with another writer), or one
-        chained by sequence on a clustered target, that failed mid-way can: copy k refused or
-        lost, k+1 onwards stored. Resuming after the target's last copy would skip k for good."""
-        assert self.sink is not None
-        if first > last or self._gaps_checked == (first, last, since_ns):
-            return
-        sink, s = self.sink, self.s
-
-        async def present() -> dict[int, int] | None:
-            nc = await sink._conn()
-            return await copies_in_range(nc, s.target_stream, sink.settings.owner, first, last, since_ns)
-
-        async def window_s() -> float:
-            info = await stream_info(await sink._conn(), s.target_stream)
-            if info is None:
-                return 0.0  # no stream to ask: taken as past the window (nothing published blind)
-            return info.config.duplicate_window or 120.0  # seconds; unset: the server's 2 minutes
-
-        held = self.loop.run(present(), None)  # long, on a busy target; each read has its timeout
-        if held is None:
-            age_s = (time.time_ns() - since_ns) / 1e9
-            if age_s >= self.loop.run(window_s(), 30):
-                self.log.warning(
-                    "could not tell which copies of source sequences %d-%d the target lacks (it stored over "
-                    "200,000 messages since, or none is found from then): not publishing them again, past its "
-                    "duplicate window they would be stored twice",
-                    first,
-                    last,
-                )
-                self._gaps_checked = (first, last, since_ns)
-                return
-            self.log.warning(
-                "could not tell which copies of source sequences %d-%d the target lacks: publishing them "
-                "again, unchained, within its duplicate window (it drops those it holds)",
-                first,
-                last,
-            )
-        elif len(held) == last - first + 1:
-            self._gaps_checked = (first, last, since_ns)
-            return  # all there: nothing to read again
-        missing = [m for chunk in read_range_chunks(self.reader_options(), first, last + 1) for m in chunk
-                   if held is None or m.seq not in held]  # fmt: skip
-        if held is not None and missing:
-            # A target that keeps a few messages a subject removed those that later ones pushed
-            # out: publishing them again would put old values after new ones. Decided for all
-            # before any is published.
-            after = _next_position(held)
-            missing = [m for m in missing if not self.loop.run(self._pushed_out(m, after(m.seq)), None)]
-        gaps = len(missing)
-        for i in range(0, gaps, 1_000):
-            sink.fill_gaps(pa.Table.from_batches([to_record_batch(s.stream, missing[i : i + 1_000])]))
-        self._gaps_checked = (first, last, since_ns)
-        if gaps:
-            self.log.warning(
-                "the target lacked %d copies of source sequences %d-%d, below copies it held (an unchained "
-                "batch failed mid-way when it last stopped): published them now, after those",
-                gaps,
-                first,
-                last,
-            )
-
-    async def _pushed_out(self, m: Any, after: int | None) -> bool:
-        """Whether the copy of `m` would be gone from a target keeping N messages a subject,
-        had it been stored before target sequence `after` (the next copy the target holds)."""
-        assert self.sink is not None
-        if after is None:
-            return False
-        s = self.s
-        subject = rewrite_subject(m.subject, s.target_subject_prefix, s.target_subject_remove)
-        nc = await self.sink._conn()
-        return await pushed_out(nc, s.target_stream, subject, after - 1, self.sink.settings.owner, m.seq)
-
     def start(self, spark: SparkSession) -> StreamingQuery:
+        """Start the entry's query (after catch_up, when leading); on failure it has none."""
         assert self.sink is not None, "prepare() first"
+        self.query = None
+        self.batch_started.clear()
         if self.hot_standby and not self.took_over:
             lease_path(self.cfg, self.s).unlink(missing_ok=True)  # stand by until take_over()
         if self.leading():
@@ -484,6 +359,29 @@ class StreamReplication:
         self.log.info("replicating to %s (checkpoint %s)", self.s.target_stream, ckpt)
         return self.query
 
+    def query_state(self) -> tuple[QueryState, BaseException | None]:
+        """How the entry's query is doing, and the error that ended it or its publishing."""
+        q = self.query
+        if q is None:
+            return QueryState.NONE, None
+        if not q.isActive:
+            return QueryState.FAILED, q.exception()
+        published = self.sink.publish_failed() if self.sink is not None else None
+        if published is not None:
+            return QueryState.PUBLISH_FAILED, published
+        return QueryState.RUNNING, None
+
+    def query_active(self) -> bool:
+        """Whether the query runs (its publishing may have failed: see query_state)."""
+        return self.query is not None and self.query.isActive
+
+    def drop_query(self) -> None:
+        """Stop the query now, if it runs, and forget it (it is started again from its checkpoint,
+        after catch_up)."""
+        q, self.query = self.query, None
+        if q is not None and q.isActive:
+            q.stop()
+
     def driver_read_limit(self, master: str) -> int:
         """The largest copy batch (in messages) the driver reads itself (config driver_reads).
         Embedded, Spark's read tasks run on this machine too, and handing their rows through
@@ -505,7 +403,7 @@ class StreamReplication:
     def _lanes_done(self, r: BatchResult) -> None:
         """Every lane of a batch is acknowledged: the target holds the batch whole."""
         assert self.sink is not None
-        self.sink.floor = max(self.sink.floor, r.last_seq)
+        self.sink.handled_up_to(r.last_seq)
         self.sink.account(r)
 
     def _initial_offset(self, files: CheckpointFiles) -> str:
@@ -634,7 +532,7 @@ class StreamReplication:
         assert self.sink is not None
         self._won = self.election.wins if self.election is not None else 0
         found = self.loop.run(self._last_copied(), 30)
-        self.sink.floor = max(self.sink.floor, found or 0)
+        self.sink.handled_up_to(found or 0)
         self.sink.forget_target_tail()
         if found is None and not self.sink.floor:
             self.log.warning(
@@ -647,6 +545,7 @@ class StreamReplication:
             self.catch_up()  # what this instance left in flight when it last led, if the target lacks it
             after = self.sink.floor if found is not None or self.sink.floor else None
             write_lease(str(lease_path(self.cfg, self.s)), after)
+        self.took_over = True
 
     def stand_by(self) -> None:
         """The lease ended: the sinks already refuse to publish; stop reading too (the source
@@ -655,6 +554,7 @@ class StreamReplication:
             lease_path(self.cfg, self.s).unlink(missing_ok=True)
         else:
             self.stop_query(grace=0.5)
+        self.took_over = False
 
     async def _last_copied(self) -> int | None:
         """The target's last copy of this entry (find_last_copied: None when not found)."""

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 from replicator.aio import LoopThread
 from replicator.backoff import Backoff
 from replicator.config import Config, StreamConfig
+from replicator.entry_files import entry_dir
 from replicator.heartbeat import Heartbeats
 from replicator.metrics import metrics
 from replicator.monitor import Readiness, StreamState, serve
 from replicator.progress import PROGRESS_INTERVAL_S, Progress, slow_batch_line
-from replicator.replication import StreamReplication, entry_dir
+from replicator.replication import QueryState, StreamReplication
 from replicator.spark.internals import captured_error_texts, jvm_answers
 from replicator.spark.listener import listen_to_batches
 from replicator.spark.planners import SOURCE_CREATION_MODULES, release_idle_planners
@@ -154,24 +155,19 @@ class Runner:
         if r.label in self._retries:
             self._retry_when_due(r)
             return
-        q = r.query
         assert r.sink is not None
-        published = r.sink.publish_failed()
-        if q is not None and q.isActive and published is not None:
-            # A batch Spark already committed could not be published: stop reading, publish it
-            # again (catch_up) and resume, as for a failed batch.
-            r.log.error("publishing a batch failed (%s)%s", _first_line(published), _hint(published, r))
-            q.stop()
-            r.query = None
-        elif q is None or not q.isActive:
-            err = q.exception() if q is not None else None
-            if q is not None:
-                r.log.error("batch failed (%s)%s", _first_line(err) if err else "stopped", _hint(err, r))
-            r.query = None
-        else:
+        state, err = r.query_state()
+        if state is QueryState.RUNNING:
             if r.sink.batches > self._batches_at_start.get(r.label, 0):
                 self.backoff[r.label].reset()  # running and making progress again
             return
+        if state is QueryState.PUBLISH_FAILED and err is not None:
+            # A batch Spark already committed could not be published: stop reading, publish it
+            # again (catch_up) and resume, as for a failed batch.
+            r.log.error("publishing a batch failed (%s)%s", _first_line(err), _hint(err, r))
+        elif state is QueryState.FAILED:
+            r.log.error("batch failed (%s)%s", _first_line(err) if err else "stopped", _hint(err, r))
+        r.drop_query()
         r.sink.labels.of(metrics().errors).inc()
         self._schedule_retry(r)
 
@@ -185,10 +181,9 @@ class Runner:
             # a takeover starts again from the target's copy (replicator.spark.read_lease).
             self._retries.pop(r.label, None)
             r.stand_by()
-            r.took_over = False
             r.log.info("standing by")
         if not r.leading():
-            if r.hot_standby and (r.label in self._retries or r.query is None or not r.query.isActive):
+            if r.hot_standby and (r.label in self._retries or not r.query_active()):
                 return False  # its idle query failed or waits to be retried
             if r.hot_standby and not r.warmed():
                 return True  # ready once the idle query's first batch (its warm-up) is over
@@ -205,8 +200,7 @@ class Runner:
                 r.log.error("could not take over (%s)", _first_line(e))
                 self._schedule_retry(r)
                 return True
-            r.took_over = True
-            if r.hot_standby and r.query is not None and r.query.isActive:
+            if r.hot_standby and r.query_active():
                 self.readiness.set(r.label, StreamState.REPLICATING)
             else:
                 self._start(r)
@@ -274,12 +268,10 @@ class Runner:
         is retried by _supervise with backoff, not fatal."""
         assert self.spark is not None
         self.planners_released = False
-        r.batch_started.clear()
         try:
             r.start(self.spark)
         except Exception as e:
             r.log.error("could not start (%s)%s", _first_line(e), _hint(e, r))
-            r.query = None
             self._schedule_retry(r)
         else:
             if r.leading():

@@ -276,7 +276,7 @@ async def find_last_copied(
     its tail (CopyOwner.owns): 0 when the target holds nothing, None when none of the last
     `scan_limit` messages is the owner's (a target shared with other writers). The highest
     of the owner's last copies, not the last stored: a start that filled a gap left by an
-    unchained batch stored lower copies after higher ones (StreamReplication._fill_gaps); the
+    unchained batch stored lower copies after higher ones (replicator.gap_fill); the
     1,000 messages before the last copy found are looked at too."""
     info = await stream_info(target, target_stream)
     if info is None or info.state.messages == 0:

@@ -161,7 +161,7 @@ class SamplingSink:
                 result.too_old += r.too_old
                 result.duplicates += r.duplicates
             # Every message of the batch is handled: copied, or deliberately skipped.
-            self.ordered.floor = max(self.ordered.floor, result.last_seq)
+            self.ordered.handled_up_to(result.last_seq)
         if advs.num_rows and self.publish_advisories:
             self.ordered.check_leader()
             self.loop.run(self._advise(advs), timeout=None)

@@ -240,7 +240,7 @@ async def _fence_watch(nc: ReplicatorClient, fence: Callable[[], bool], copies: 
     while True:
         await asyncio.sleep(FENCE_POLL_S)
         if not fence():
-            copies.held = (
+            copies.stop(
                 "not the leader any more: the lease ended while publishing; what was not sent was dropped"
             )
             nc.discard_unsent()
@@ -264,8 +264,9 @@ class OrderedSink:
         # foreachBatch call itself; the sampling sink does, its decisions are not re-derivable).
         self.inflight = inflight
         self._pending: Future[None] | None = None
-        # Highest source sequence known to be in the target: never published again.
-        self.floor = floor
+        # Highest source sequence known to be in the target, or deliberately skipped: never
+        # published again. Only this sink moves it, and only up (handled_up_to).
+        self._floor = floor
         # Leader election: whether this instance may publish now (None: always). Asked before
         # every 256th copy, so a batch begun as the leader stops when its lease ends.
         self.may_publish: Callable[[], bool] | None = None
@@ -286,12 +287,26 @@ class OrderedSink:
         # the batch); see replicator.spark.small_batches.
         self.small_batches: Callable[[int], pa.Table | None] | None = None
 
+    async def connection(self) -> ReplicatorClient:
+        """The sink's target connection (opened if need be)."""
+        return await self._conn()
+
     async def _conn(self) -> ReplicatorClient:
         if self._nc is None or self._nc.is_closed:
             self._nc = await open_connection(
                 self.settings.target_url, self.settings.tls, name=f"sr-target-{self.settings.config_name}"
             )
         return self._nc
+
+    @property
+    def floor(self) -> int:
+        """The highest source sequence handled: in the target, or deliberately skipped."""
+        return self._floor
+
+    def handled_up_to(self, seq: int) -> None:
+        """Every source sequence up to `seq` is in the target or deliberately skipped (a batch
+        settled, a range published again, the target's last copy found at a takeover)."""
+        self._floor = max(self._floor, seq)
 
     @property
     def landed(self) -> int:
@@ -338,7 +353,7 @@ class OrderedSink:
                 self.inflight.write(int(todo.column("seq")[0].as_py()), result.last_seq, gaps_possible)
                 self._pending = self.loop.submit(self._publish_and_settle(todo, result, started))
             else:
-                self.floor = max(self.floor, result.last_seq)
+                self.handled_up_to(result.last_seq)
                 result.seconds = time.monotonic() - started
                 self.account(result)
         self.log.debug(
@@ -354,7 +369,7 @@ class OrderedSink:
         r.duplicates = outcome.duplicates
         # Accounted here, on the loop thread, before the future completes: whoever waits on it
         # sees the floor and the totals already moved.
-        self.floor = max(self.floor, r.last_seq)
+        self.handled_up_to(r.last_seq)
         r.seconds = time.monotonic() - started
         self.account(r)
         if self.inflight is not None:
@@ -405,7 +420,7 @@ class OrderedSink:
             outcome = self.loop.run(self._publish(todo), timeout=None)
             r.duplicates = outcome.duplicates
         # Every row of the batch is now handled (copied, or deliberately skipped).
-        self.floor = max(self.floor, r.last_seq)
+        self.handled_up_to(r.last_seq)
         return r
 
     def republish(self, table: pa.Table) -> BatchResult:
@@ -419,12 +434,12 @@ class OrderedSink:
         """Publish rows read again from the source that the target lacks below its last copy of
         ours (a gap an unchained batch left when it failed): unchained, since the target holds
         later copies already, and counted like any batch. The floor stays where it was."""
-        floor, shared = self.floor, self.shared_target
-        self.floor, self.shared_target = int(pc.min(table.column("seq")).as_py()) - 1, True
+        floor, shared = self._floor, self.shared_target
+        self._floor, self.shared_target = int(pc.min(table.column("seq")).as_py()) - 1, True
         try:
             return self.republish(table)
         finally:
-            self.floor, self.shared_target = max(floor, self.floor), shared
+            self._floor, self.shared_target = max(floor, self._floor), shared
 
     def select(self, table: pa.Table, now: float | None = None) -> tuple[pa.Table, BatchResult]:
         """The rows of `table` to publish, in seq order: above the floor and fresh enough."""
@@ -573,7 +588,7 @@ class OrderedSink:
             return Settled.AGAIN_FROM_THE_TAIL_EACH_ACKED
         stored = first.index if first is not None else outcome.published
         if stored:
-            self.floor = max(self.floor, seqs[start + stored - 1])
+            self.handled_up_to(seqs[start + stored - 1])
         if first is None:
             if chain is not None and copies.last_id and not outcome.duplicates:
                 self._tail = (copies.last_id, chain[1] + outcome.published)  # each took the next sequence
@@ -639,7 +654,7 @@ class OrderedSink:
         mark = parse_source_header(first_value(last.headers, SOURCE_HEADER))
         ours = s.owner.owns(mark, first_value(last.headers, MSG_ID_HEADER))
         if mark is not None and ours:
-            self.floor = max(self.floor, mark.sequence)
+            self.handled_up_to(mark.sequence)
         return (first_value(last.headers, MSG_ID_HEADER) or "", last.seq), ours
 
     def account(self, r: BatchResult) -> None:

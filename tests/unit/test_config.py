@@ -96,7 +96,7 @@ def test_the_monitor_listens_on_every_interface_unless_given_an_address() -> Non
 
 
 def test_checkpoints_go_under_state_store_unless_checkpoint_store_names_a_uri(tmp_path: Path) -> None:
-    from replicator.replication import checkpoint_location
+    from replicator.entry_files import checkpoint_location
 
     cfg = parse_config({**BASE, "state_store": str(tmp_path)})
     assert checkpoint_location(cfg, cfg.streams[0]) == str(
@@ -213,7 +213,10 @@ def test_tls_files_are_checked_as_the_config_is_read_and_carried_as_one_plain_ty
     assert hash(s.source_tls) == hash(s.target_tls)  # keys a Spark worker's kept connections
     for tls, error in (
         ({"cert": str(ca)}, "streams[0].tls: cert and key must be given together"),
-        ({"ca": str(tmp_path / "nope.pem")}, f"streams[0].tls: ca file '{tmp_path / 'nope.pem'}' does not exist"),
+        (
+            {"ca": str(tmp_path / "nope.pem")},
+            f"streams[0].tls: ca file '{tmp_path / 'nope.pem'}' does not exist",
+        ),
         ({"ca": str(ca), "kye": "k"}, "streams[0].tls.kye: unknown key: remove it or check its spelling"),
     ):
         with pytest.raises(ConfigError) as failed:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from replicator.aio import LoopThread
 from replicator.config import Config
-from replicator.replication import StreamReplication, crash_leftovers
+from replicator.entry_files import crash_leftovers
+from replicator.replication import StreamReplication
 from replicator.spark.checkpoint import LocalCheckpoint
 
 
@@ -50,11 +51,11 @@ def test_start_at_end_is_the_end_as_the_replicator_starts(tmp_path: Path) -> Non
 
 
 def test_a_missing_copy_belonged_before_the_lowest_placed_copy_of_a_later_source_sequence() -> None:
-    from replicator.replication import _next_position
+    from replicator.gap_fill import next_position
 
     # Source sequence -> target sequence: 3 was retried after 4 and 5 (a fill), 2 is missing.
-    after = _next_position({1: 10, 3: 14, 4: 11, 5: 12})
+    after = next_position({1: 10, 3: 14, 4: 11, 5: 12})
     assert after(2) == 11  # 2 belonged before 4's copy, the lowest placed of 3, 4 and 5
     assert after(0) == 10
     assert after(5) is None
-    assert _next_position({})(1) is None
+    assert next_position({})(1) is None

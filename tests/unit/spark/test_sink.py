@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-
 from pathlib import Path
 
 import pyarrow as pa

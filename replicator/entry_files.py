@@ -1,0 +1,64 @@
+"""Where a stream entry keeps its files: its directory under state_store, its Spark checkpoint,
+the in-flight record, the stop and lease files. Paths only; nothing here reads or writes them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from replicator.config import Config, StreamConfig
+from replicator.spark.checkpoint import CheckpointFiles
+
+
+def entry_name(s: StreamConfig) -> str:
+    """A stream entry's own directory, relative to state_store (and to checkpoint_store)."""
+    name = f"{s.stream}_{s.name}"
+    if s.leader_election_name and not s.sampling:
+        # A hot standby's query and files are its own (instances may share state_store): a
+        # copy entry that takes over continues from the target, not from a checkpoint.
+        name += "/candidate_" + re.sub(r"[^A-Za-z0-9_.-]", "_", s.leader_election_name)
+    return name
+
+
+def entry_dir(cfg: Config, s: StreamConfig) -> Path:
+    """A stream entry's directory under state_store: its control files, and its checkpoint
+    unless checkpoint_store puts that elsewhere."""
+    return Path(cfg.state_store) / entry_name(s)
+
+
+def checkpoint_location(cfg: Config, s: StreamConfig) -> str:
+    """Spark's checkpointLocation for a stream entry: a local path, or a Hadoop URI."""
+    if cfg.checkpoint_store:
+        return f"{cfg.checkpoint_store.rstrip('/')}/{entry_name(s)}/checkpoint"
+    return str(entry_dir(cfg, s) / "checkpoint")
+
+
+def crash_leftovers(checkpoint: CheckpointFiles) -> list[str]:
+    """Spark's half-written offset and commit log files (`.<batch>.<uuid>.tmp`, renamed into
+    place once written, and Hadoop's `..<batch>.<uuid>.tmp.crc` beside each) that a kill -9
+    left behind. Spark never reads them, but a stateful query's first batch refuses to run
+    while its offset log holds any file (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY), so a kill
+    during that batch's log write would stop the stream for good."""
+    return [
+        f"{log}/{name}"
+        for log in ("offsets", "commits")
+        for name in checkpoint.names(log)
+        if name.startswith(".") and name.endswith((".tmp", ".tmp.crc"))
+    ]
+
+
+# Inside the checkpoint: removing the checkpoint (to copy again) removes it too.
+INITIAL_OFFSET_FILE = "sr-initial-offset.json"
+
+
+def inflight_path(cfg: Config, s: StreamConfig) -> Path:
+    return entry_dir(cfg, s) / "inflight.json"
+
+
+def stopping_path(cfg: Config, s: StreamConfig) -> Path:
+    return entry_dir(cfg, s) / "stopping"
+
+
+def lease_path(cfg: Config, s: StreamConfig) -> Path:
+    """A hot standby's query reads only while this file exists (ReaderOptions.lease_file)."""
+    return entry_dir(cfg, s) / "leading.json"

@@ -1,0 +1,128 @@
+"""After a batch that could leave gaps failed mid-way: the copies the target lacks below its last
+copy of ours, found and published.
+
+A chained batch on a single server never leaves a copy after a gap; an unchained one
+(`chain_copies: false`, a target with another writer), or one chained by sequence on a clustered
+target, that failed mid-way can: copy k refused or lost, k+1 onwards stored. Resuming after the
+target's last copy would skip k for good, so the next start (catch_up) reads the target forward
+from when the batch began and publishes what is missing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import pyarrow as pa
+
+from replicator.aio import LoopThread
+from replicator.logs import StreamLogger
+from replicator.nats.jetstream import copies_in_range, pushed_out, stream_info
+from replicator.nats.readers import RawMessage
+from replicator.spark.rows import to_record_batch
+from replicator.spark.sink import OrderedSink
+from replicator.subjects import rewrite_subject
+
+# Reads the source's [first, end) in order, as chunks of messages.
+SourceRange = Callable[[int, int], Iterable[Sequence[RawMessage]]]
+
+PUBLISH_CHUNK = 1_000
+
+
+def next_position(held: dict[int, int]) -> Callable[[int], int | None]:
+    """For a source sequence, the lowest target sequence of a copy in `held` (source sequence
+    -> target sequence) of a later source sequence: where a copy of it belonged."""
+    seqs = sorted(held)
+    lowest_from = [0] * len(seqs)  # the lowest target sequence of seqs[i:]
+    low = None
+    for i in range(len(seqs) - 1, -1, -1):
+        low = held[seqs[i]] if low is None else min(low, held[seqs[i]])
+        lowest_from[i] = low
+
+    def after(seq: int) -> int | None:
+        i = bisect.bisect_right(seqs, seq)
+        return lowest_from[i] if i < len(seqs) else None
+
+    return after
+
+
+class GapFill:
+    """One entry's gap fill; it remembers the in-flight range (first, last, since) it last
+    checked, so a query restarted in this process does not scan the target again."""
+
+    def __init__(self, loop: LoopThread, log: StreamLogger, prefix: str, remove: str) -> None:
+        self.loop = loop
+        self.log = log
+        self.prefix, self.remove = prefix, remove  # the target's subject rewrite
+        self._checked: tuple[int, int, int] | None = None
+
+    def run(self, sink: OrderedSink, first: int, last: int, since_ns: int, read: SourceRange) -> None:
+        """Publish the copies the target lacks of source sequences `first`-`last` (at or below
+        its last copy of ours), of a batch whose publishing began at `since_ns`."""
+        if first > last or self._checked == (first, last, since_ns):
+            return
+        stream = sink.settings.target_stream
+
+        async def present() -> dict[int, int] | None:
+            nc = await sink.connection()
+            return await copies_in_range(nc, stream, sink.settings.owner, first, last, since_ns)
+
+        async def window_s() -> float:
+            info = await stream_info(await sink.connection(), stream)
+            if info is None:
+                return 0.0  # no stream to ask: taken as past the window (nothing published blind)
+            return info.config.duplicate_window or 120.0  # seconds; unset: the server's 2 minutes
+
+        held = self.loop.run(present(), None)  # long, on a busy target; each read has its timeout
+        if held is None:
+            age_s = (time.time_ns() - since_ns) / 1e9
+            if age_s >= self.loop.run(window_s(), 30):
+                self.log.warning(
+                    "could not tell which copies of source sequences %d-%d the target lacks (it stored over "
+                    "200,000 messages since, or none is found from then): not publishing them again, past its "
+                    "duplicate window they would be stored twice",
+                    first,
+                    last,
+                )
+                self._checked = (first, last, since_ns)
+                return
+            self.log.warning(
+                "could not tell which copies of source sequences %d-%d the target lacks: publishing them "
+                "again, unchained, within its duplicate window (it drops those it holds)",
+                first,
+                last,
+            )
+        elif len(held) == last - first + 1:
+            self._checked = (first, last, since_ns)
+            return  # all there: nothing to read again
+        missing = [m for chunk in read(first, last + 1) for m in chunk if held is None or m.seq not in held]
+        if held is not None and missing:
+            # A target that keeps a few messages a subject removed those that later ones pushed
+            # out: publishing them again would put old values after new ones. Decided for all
+            # before any is published.
+            after = next_position(held)
+            missing = [m for m in missing if not self.loop.run(self._pushed_out(sink, m, after(m.seq)), None)]
+        for i in range(0, len(missing), PUBLISH_CHUNK):
+            chunk = missing[i : i + PUBLISH_CHUNK]
+            sink.fill_gaps(pa.Table.from_batches([to_record_batch(sink.settings.source_stream, chunk)]))
+        self._checked = (first, last, since_ns)
+        if missing:
+            self.log.warning(
+                "the target lacked %d copies of source sequences %d-%d, below copies it held (an unchained "
+                "batch failed mid-way when it last stopped): published them now, after those",
+                len(missing),
+                first,
+                last,
+            )
+
+    async def _pushed_out(self, sink: OrderedSink, m: RawMessage, after: int | None) -> bool:
+        """Whether the copy of `m` would be gone from a target keeping N messages a subject,
+        had it been stored before target sequence `after` (the next copy the target holds)."""
+        if after is None:
+            return False
+        subject = rewrite_subject(m.subject, self.prefix, self.remove)
+        nc = await sink.connection()
+        return await pushed_out(
+            nc, sink.settings.target_stream, subject, after - 1, sink.settings.owner, m.seq
+        )
