@@ -47,6 +47,7 @@ from replicator.nats.urls import parse_nats_url
 from replicator.options import ReaderOptions
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.rules import Event, SamplingParams
+from replicator.source_reader import SourceReader
 from replicator.spark.checkpoint import CheckpointFiles, open_checkpoint
 from replicator.spark.datasource import (
     choose_initial_offset,
@@ -188,12 +189,9 @@ class StreamReplication:
             self.sampling_sink = SamplingSink(
                 self.sink,
                 self.loop,
-                s.source_url,
-                s.source_tls,
+                SourceReader(self.reader_options(), direct=self._source_direct),
                 reliable=bool(s.advisory and s.advisory.reliable),
                 publish_advisories=s.advisory is not None,
-                stream=s.stream,
-                filter_subject=s.filter_subject,
             )
         return True
 
@@ -324,8 +322,7 @@ class StreamReplication:
                 options,
                 files,
                 self.loop,
-                self._source_nc,
-                self._source_direct,
+                SourceReader(options, self._source_nc, self._source_direct),
                 self.driver_read_limit(str(spark.sparkContext.master)),
             )
             self.sink.small_batches = self.small_batches

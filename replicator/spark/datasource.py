@@ -375,25 +375,16 @@ class NatsJetStreamDataSource(DataSource):
 def read_range_chunks(
     o: ReaderOptions, start: int, end: int, direct: bool | None = None
 ) -> Iterator[list[Any]]:
-    """Messages with start <= seq < end, one chunk at a time, on a connection of its own (a
-    task's, or the catch-up's). `direct`: whether the stream allows direct gets (None: ask it)."""
+    """Messages with start <= seq < end, one chunk at a time, on a connection of its own (the
+    catch-up's, the gap fill's). `direct`: whether the stream allows direct gets (None: ask it)."""
     import asyncio
 
-    from replicator.nats.connect import open_connection
-    from replicator.nats.jetstream import stream_info
-    from replicator.nats.readers import read_chunks
+    from replicator.source_reader import SourceReader
 
     loop = asyncio.new_event_loop()
-    nc = loop.run_until_complete(open_connection(o.url, o.tls, name=f"sr-reader-{o.stream}"))
-    chunks = None
+    reader = SourceReader(o, direct=direct)
+    chunks = reader.chunks(start, end)
     try:
-        if direct is None:
-            info = loop.run_until_complete(stream_info(nc, o.stream))
-            direct = bool(info and info.config.allow_direct)
-        chunks = read_chunks(
-            nc, o.stream, start, end, direct=direct, filter_subject=o.filter_subject,
-            chunk_messages=o.chunk_messages, chunk_bytes=o.chunk_bytes,
-        )  # fmt: skip
         while True:
             try:
                 chunk = loop.run_until_complete(anext(chunks))
@@ -401,54 +392,50 @@ def read_range_chunks(
                 return
             yield chunk
     finally:
-        # Also when Spark stops reading early: the reader cleans up (its consumer) first.
+        # Also when the caller stops early: the reader cleans up (its consumer) first.
         with contextlib.suppress(Exception):
-            if chunks is not None:
-                loop.run_until_complete(chunks.aclose())
+            loop.run_until_complete(chunks.aclose())
         with contextlib.suppress(Exception):
-            loop.run_until_complete(nc.close())
+            loop.run_until_complete(reader.close())
         loop.close()
 
 
-# Whether a stream allows direct gets, as a worker's first task found (a task's reader is made
-# before the planner asks; one request a task otherwise). Forgotten when a read fails.
-_task_direct: dict[tuple[str, str], bool] = {}
+# The source readers of this worker's read tasks, one a stream, each on the connection the worker
+# keeps (replicator.spark.worker_connections) and knowing whether its stream allows direct gets
+# (one request a task otherwise). Forgotten with the connection when a read fails.
+_task_readers: dict[tuple[str, str], Any] = {}
 
 
-def _task_connection(o: ReaderOptions) -> tuple[Any, Any]:
-    """The source connection this worker keeps for its read tasks (replicator.spark.
-    worker_connections)."""
+def _task_reader(o: ReaderOptions, direct: bool | None) -> tuple[Any, Any]:
+    """(loop, SourceReader) for a read task of this worker."""
+    from replicator.source_reader import SourceReader
     from replicator.spark.worker_connections import worker_connection
 
-    return worker_connection(o.url, o.tls, f"sr-reader-{o.stream}")
+    loop, nc = worker_connection(o.url, o.tls, f"sr-reader-{o.stream}")
+    key = (o.url, o.stream)
+    kept = _task_readers.get(key)
+    if kept is None or kept.o != o or not kept.uses(nc):
+        known = direct if direct is not None else (kept.direct if kept is not None else None)
+        kept = _task_readers[key] = SourceReader(o, nc, known)
+    return loop, kept
 
 
-def _drop_task_connection(o: ReaderOptions) -> None:
+def _drop_task_reader(o: ReaderOptions) -> None:
     from replicator.spark.worker_connections import drop_worker_connection
 
-    _task_direct.pop((o.url, o.stream), None)
+    _task_readers.pop((o.url, o.stream), None)
     drop_worker_connection(o.url, o.tls)
 
 
 def read_task_chunks(o: ReaderOptions, start: int, end: int, direct: bool | None) -> Iterator[list[Any]]:
-    """What `read_range_chunks` reads, on the worker's kept connection (see _task_connection).
-    A read that fails or is abandoned drops the connection: the next task starts afresh."""
-    from replicator.nats.jetstream import stream_info
-    from replicator.nats.readers import REQUEST_TIMEOUT_S, read_chunks
+    """What `read_range_chunks` reads, on the worker's kept connection (see _task_reader). A
+    read that fails or is abandoned drops the connection: the next task starts afresh."""
+    from replicator.nats.readers import REQUEST_TIMEOUT_S
 
-    loop, nc = _task_connection(o)
+    loop, reader = _task_reader(o, direct)
     finished = False
-    chunks = None
+    chunks = reader.chunks(start, end)
     try:
-        if direct is None:
-            direct = _task_direct.get((o.url, o.stream))
-        if direct is None:
-            info = loop.run(stream_info(nc, o.stream), REQUEST_TIMEOUT_S)
-            direct = _task_direct[(o.url, o.stream)] = bool(info and info.config.allow_direct)
-        chunks = read_chunks(
-            nc, o.stream, start, end, direct=direct, filter_subject=o.filter_subject,
-            chunk_messages=o.chunk_messages, chunk_bytes=o.chunk_bytes,
-        )  # fmt: skip
 
         async def next_chunk() -> Any:
             return await anext(chunks)
@@ -462,8 +449,7 @@ def read_task_chunks(o: ReaderOptions, start: int, end: int, direct: bool | None
                 return
             yield chunk
     finally:
-        if chunks is not None:
-            with contextlib.suppress(Exception):
-                loop.run(chunks.aclose(), 10)
+        with contextlib.suppress(Exception):
+            loop.run(chunks.aclose(), 10)
         if not finished:
-            _drop_task_connection(o)
+            _drop_task_reader(o)

@@ -25,12 +25,9 @@ import pyarrow.compute as pc
 from replicator.aio import LoopThread
 from replicator.headers import MSG_ID_HEADER
 from replicator.metrics import metrics
-from replicator.nats.connect import open_connection
-from replicator.nats.jetstream import stream_info
-from replicator.nats.readers import read_chunks
-from replicator.nats.tls import TLSFiles
 from replicator.sampling import state
 from replicator.sampling.rules import Message, SamplingParams
+from replicator.source_reader import SourceReader, SourceStreamGone
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sink import BatchResult, OrderedSink, PublishError
 
@@ -122,23 +119,16 @@ class SamplingSink:
         self,
         ordered: OrderedSink,
         loop: LoopThread,
-        source_url: str,
-        source_tls: TLSFiles | None,
+        source: SourceReader,
         reliable: bool,
         publish_advisories: bool,
-        stream: str,
-        filter_subject: str = "",
     ) -> None:
         self.ordered = ordered
         self.loop = loop
-        self.source_url = source_url
-        self.source_tls = source_tls
+        # On a connection of its own to the source: advisories out, copies' payloads in.
+        self.source = source
         self.reliable = reliable
         self.publish_advisories = publish_advisories
-        self.stream = stream
-        self.filter_subject = filter_subject
-        self._direct: bool | None = None  # whether the source stream allows direct gets
-        self._nc: Any = None  # on the source: advisories out, copies' payloads in
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -181,23 +171,19 @@ class SamplingSink:
         close together are read as one range; far apart, each run on its own."""
         if not seqs:
             return
-        nc = self.loop.run(self._conn(), 60)
-        if self._direct is None:
-            info = self.loop.run(stream_info(nc, self.stream), 30)
-            if info is None:
-                raise PublishError(f"source stream {self.stream} is gone: its copies cannot be read")
-            self._direct = bool(info.config.allow_direct)
+        self.loop.run(self.source.connection(), 60)  # a source that cannot be reached: the batch fails
         wanted = set(seqs)
         found = 0
         for first, last in _runs(seqs, COPY_RUN_GAP):
-            chunks = read_chunks(nc, self.stream, first, last + 1, direct=self._direct,
-                                 filter_subject=self.filter_subject)  # fmt: skip
+            chunks = self.source.chunks(first, last + 1)
             try:
                 while True:
                     try:
                         chunk = self.loop.run(anext(chunks), timeout=None)  # reads time out themselves
                     except StopAsyncIteration:
                         break
+                    except SourceStreamGone as e:
+                        raise PublishError(f"{e}; its copies cannot be published") from None
                     kept = [m for m in chunk if m.seq in wanted]
                     found += len(kept)
                     if kept:
@@ -211,13 +197,8 @@ class SamplingSink:
             self.ordered.log.warning("%d of %d copies were no longer in the source stream when read for publishing",
                                      len(seqs) - found, len(seqs))  # fmt: skip
 
-    async def _conn(self) -> Any:
-        if self._nc is None or self._nc.is_closed:
-            self._nc = await open_connection(self.source_url, self.source_tls, name="sr-sampling-source")
-        return self._nc
-
     async def _advise(self, advs: pa.Table) -> None:
-        nc = await self._conn()
+        nc = await self.source.connection()
         subjects = advs.column("subject").to_pylist()
         datas = advs.column("data").to_pylist()
         headers = [dict(json.loads(h)) for h in advs.column("headers").to_pylist()]
@@ -252,9 +233,7 @@ class SamplingSink:
 
     def close(self) -> None:
         self.ordered.close()
-        if self._nc is not None and not self._nc.is_closed:
-            try:
-                self.loop.run(self._nc.close(), 5)
-            except Exception as e:
-                log.debug("closing advisory connection: %s", e)
-        self._nc = None
+        try:
+            self.loop.run(self.source.close(), 5)
+        except Exception as e:
+            log.debug("closing the source connection: %s", e)

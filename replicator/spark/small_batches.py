@@ -18,16 +18,15 @@ written before it existed) is read by Spark.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import OrderedDict
-from typing import Any
 
 import pyarrow as pa
 
 from replicator.aio import LoopThread
-from replicator.nats.readers import ReadInterrupted, read_chunks
+from replicator.nats.readers import ReadInterrupted
 from replicator.options import ReaderOptions
+from replicator.source_reader import SourceReader
 from replicator.spark.checkpoint import CheckpointFiles
 from replicator.spark.datasource import split_range
 from replicator.spark.internals import offset_log_source_offset
@@ -67,15 +66,13 @@ class SmallBatchReader:
         options: ReaderOptions,
         checkpoint: CheckpointFiles,
         loop: LoopThread,
-        source_nc: Any,
-        direct: bool,
+        source: SourceReader,
         max_messages: int,
     ) -> None:
         self.o = options
         self.checkpoint = checkpoint
         self.loop = loop
-        self.nc = source_nc
-        self.direct = direct
+        self.source = source  # on the driver's source connection
         self.max_messages = max_messages
         self.batches_read = 0  # read here since the start (the rest went through Spark)
         # Rows of the last batches read here (Spark counts none for them in its progress).
@@ -91,7 +88,7 @@ class SmallBatchReader:
             table = ARROW_SCHEMA.empty_table()
         elif rng[1] - rng[0] > self.max_messages:
             return None
-        elif not self.nc.is_connected:
+        elif not self.source.connected:
             return None  # reconnecting: Spark's task reads it on a connection of its own
         else:
             first, end = rng
@@ -112,18 +109,6 @@ class SmallBatchReader:
     async def _read(self, first: int, end: int) -> list[pa.RecordBatch]:
         """The range's rows in order, its sub-ranges read side by side as Spark's tasks would
         read them: across a long link each chunk waits a round trip, and this overlaps them."""
-
-        async def part(start: int, stop: int) -> list[pa.RecordBatch]:
-            chunks = read_chunks(
-                self.nc, self.o.stream, start, stop, direct=self.direct, filter_subject=self.o.filter_subject,
-                chunk_messages=self.o.chunk_messages, chunk_bytes=self.o.chunk_bytes,
-            )  # fmt: skip
-            return [to_record_batch(self.o.stream, chunk) async for chunk in chunks]
-
         parts = split_range(first, end, self.o.parallelism, self.o.min_partition_messages)
-        try:
-            async with asyncio.TaskGroup() as group:  # one read failing cancels the others
-                reads = [group.create_task(part(p.start, p.end)) for p in parts]
-        except ExceptionGroup as failed:
-            raise failed.exceptions[0] from None  # what the caller knows (ReadInterrupted...)
-        return [batch for read in reads for batch in read.result()]
+        chunks = await self.source.parts_side_by_side([(p.start, p.end) for p in parts])
+        return [to_record_batch(self.o.stream, chunk) for chunk in chunks]

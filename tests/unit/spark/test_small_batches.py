@@ -7,6 +7,7 @@ from pathlib import Path
 
 from replicator.aio import LoopThread
 from replicator.options import ReaderOptions
+from replicator.source_reader import SourceReader
 from replicator.spark.checkpoint import LocalCheckpoint
 from replicator.spark.datasource import NatsJetStreamReader
 from replicator.spark.read_lease import batch_read_range, write_lease
@@ -59,7 +60,7 @@ def test_large_batches_are_left_to_spark_and_a_standby_gets_no_rows(tmp_path: Pa
     try:
         o = ReaderOptions(url="nats://127.0.0.1:1", stream="S", lease_file=lease)
         small = SmallBatchReader(
-            o, LocalCheckpoint(tmp_path), loop, source_nc=None, direct=True, max_messages=1000
+            o, LocalCheckpoint(tmp_path), loop, SourceReader(o, direct=True), max_messages=1000
         )
         _entry(tmp_path, 0, '{"seq":1002,"from":1}')
         assert small(0).num_rows == 0  # type: ignore[union-attr]  # standing by (no lease yet)
