@@ -189,7 +189,7 @@ class StreamReplication:
             self.sampling_sink = SamplingSink(
                 self.sink,
                 self.loop,
-                SourceReader(self.reader_options(), direct=self._source_direct),
+                SourceReader(self.reader_options()),  # asks the stream: "gone" is one clear error
                 reliable=bool(s.advisory and s.advisory.reliable),
                 publish_advisories=s.advisory is not None,
             )
@@ -298,6 +298,12 @@ class StreamReplication:
     def start(self, spark: SparkSession) -> StreamingQuery:
         """Start the entry's query (after catch_up, when leading); on failure it has none."""
         assert self.sink is not None, "prepare() first"
+        if self.query_active():
+            # Never two queries for one entry (Spark refuses the second, and the first would go
+            # on unseen): a hot standby's idle query still runs when a failed take-over is
+            # retried after it lost the lead.
+            self.log.info("stopping the entry's running query before starting it again")
+            self.stop_query(grace=2.0)
         self.query = None
         self.batch_started.clear()
         if self.hot_standby and not self.took_over:

@@ -12,7 +12,7 @@ import asyncio
 import base64
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from nats.aio.client import Client
@@ -136,7 +136,7 @@ class DirectReader:
         after it; None when there is none."""
         return await leader_message(self.nc, self.stream, seq, self.filter_subject)
 
-    async def chunks(self, start: int, end: int) -> AsyncIterator[list[RawMessage]]:
+    async def chunks(self, start: int, end: int) -> AsyncGenerator[list[RawMessage], None]:
         seq = start
         while seq < end:
             msgs = [m for m in await self.batch(seq, min(self.chunk_messages, end - seq)) if m.seq < end]
@@ -307,7 +307,7 @@ class ConsumerReader:
             await self.nc.raw_unsubscribe(sub)
         return out, pending[0] > 0 and len(out) > 0
 
-    async def chunks(self, start: int, end: int) -> AsyncIterator[list[RawMessage]]:
+    async def chunks(self, start: int, end: int) -> AsyncGenerator[list[RawMessage], None]:
         consumer = await self._create(start)
         try:
             seq = start
@@ -350,5 +350,8 @@ async def read_chunks(
         reader = DirectReader(nc, stream, filter_subject, chunk_messages, chunk_bytes)
     else:
         reader = ConsumerReader(nc, stream, filter_subject, chunk_messages)
-    async for chunk in reader.chunks(start, end):
-        yield chunk
+    # Closed with this generator, also when its caller stops early: a consumer is deleted now,
+    # not whenever the event loop gets round to it (or never, its connection closed by then).
+    async with contextlib.aclosing(reader.chunks(start, end)) as chunks:
+        async for chunk in chunks:
+            yield chunk
