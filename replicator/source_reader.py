@@ -10,6 +10,7 @@ ahead) and the same choice between direct gets and a consumer, asked of the stre
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, Sequence
 
 from replicator.nats.client import ReplicatorClient
@@ -68,11 +69,9 @@ class SourceReader:
             nc, o.stream, start, end, direct=direct, filter_subject=o.filter_subject,
             chunk_messages=o.chunk_messages, chunk_bytes=o.chunk_bytes,
         )  # fmt: skip
-        try:
+        async with contextlib.aclosing(chunks):  # also when the caller stops early: a consumer is deleted
             async for chunk in chunks:
                 yield chunk
-        finally:
-            await chunks.aclose()  # also when the caller stops early: a consumer is deleted
 
     async def parts_side_by_side(self, parts: Sequence[tuple[int, int]]) -> list[list[RawMessage]]:
         """The chunks of consecutive sub-ranges, read at the same time and returned in order:

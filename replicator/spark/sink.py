@@ -289,9 +289,6 @@ class OrderedSink:
 
     async def connection(self) -> ReplicatorClient:
         """The sink's target connection (opened if need be)."""
-        return await self._conn()
-
-    async def _conn(self) -> ReplicatorClient:
         if self._nc is None or self._nc.is_closed:
             self._nc = await open_connection(
                 self.settings.target_url, self.settings.tls, name=f"sr-target-{self.settings.config_name}"
@@ -323,7 +320,7 @@ class OrderedSink:
 
     async def target_answers(self) -> bool:
         """Whether the target stream can be looked up now (connecting if need be)."""
-        return await stream_info(await self._conn(), self.settings.target_stream) is not None
+        return await stream_info(await self.connection(), self.settings.target_stream) is not None
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         """One micro-batch. With an in-flight record this returns once the batch is recorded
@@ -512,7 +509,7 @@ class OrderedSink:
     async def _publisher_for_target(self) -> tuple[ReplicatorClient, PipelinedPublisher, TargetLimits]:
         """The target connection, its publisher, and the target's limits: read again whenever
         the connection or the publisher is new."""
-        nc = await self._conn()
+        nc = await self.connection()
         if self._publisher is None or self._publisher.nc is not nc or self._limits is None:
             await self._drop_publisher()
             self._tail = None
