@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import nats
 import yaml
 from nats.js.api import StreamConfig
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness.localnats import free_port
 from harness.process import ReplicatorProcess, process_tree
@@ -88,6 +90,39 @@ def wait_for(pred: Callable[[], bool], timeout: float, what: str, proc: Replicat
     why = f"timed out after {timeout}s waiting for {what} (at {time.strftime('%H:%M:%S')})"
     detail = f"\n{proc.output()}\n-> {why}" if proc is not None else ""
     raise AssertionError(f"{why}{detail}")
+
+
+def handled_sequence(proc: Replicator, stream: str) -> int:
+    """The last source sequence of `stream` the replicator has handled (copied or deliberately
+    skipped), from its /metrics: a batch says so only once its copies and advisories are
+    published."""
+    with urllib.request.urlopen(proc.metrics_url, timeout=5) as r:
+        text = r.read().decode()
+    return max(
+        (
+            int(s.value)
+            for family in text_string_to_metric_families(text)
+            if family.name == "choria_stream_replicator_replicator_stream_sequence"
+            for s in family.samples
+            if s.labels.get("stream") == stream
+        ),
+        default=0,
+    )
+
+
+def wait_handled(proc: Replicator, url: str, stream: str, timeout: float = 120) -> None:
+    """Until the replicator has handled every message now in the source `stream`: nothing it
+    copies or advises because of them can arrive later (a condition, not "wait N seconds")."""
+    last = run(stream_last_sequence(url, stream))
+    wait_for(lambda: handled_sequence(proc, stream) >= last, timeout, f"{stream} handled up to {last}", proc)
+
+
+async def stream_last_sequence(url: str, stream: str) -> int:
+    nc = await nats.connect(url)
+    try:
+        return int((await nc.jetstream().stream_info(stream)).state.last_seq)
+    finally:
+        await nc.close()
 
 
 def write_config(path: Path, name: str, streams: list[dict[str, Any]], **top: Any) -> Path:

@@ -17,6 +17,7 @@ from helpers import (
     run,
     start_replicator,
     wait_for,
+    wait_handled,
     write_config,
 )
 
@@ -73,7 +74,8 @@ def test_start_positions_filter_and_max_age(source_server, nats_server, tmp_path
         run(publish(src, [("age.x", b"fresh", None) for _ in range(7)]))
         wait_for(lambda: run(count(dst, "T_END")) >= 5, 60, "END copied", rep)
         wait_for(lambda: run(count(dst, "T_AGE")) >= 7, 60, "AGE copied", rep)
-        time.sleep(2)
+        for s in streams:  # anything extra has landed too
+            wait_handled(rep, src, s["stream"])
     finally:
         assert rep.stop() == 0, rep.output()
     assert _seqs(dst, "T_SEQ") == list(range(91, 101))

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import nats
 import pytest
-from helpers import create_stream, publish, registration, run, start_replicator, wait_for, write_config
+from helpers import (
+    create_stream,
+    publish,
+    registration,
+    run,
+    start_replicator,
+    wait_for,
+    wait_handled,
+    write_config,
+)
 
 from harness.streams import count_messages as count
 from harness.streams import read_all
@@ -106,7 +115,7 @@ def test_a_refused_copy_is_not_overtaken_and_its_batch_published_again_late_doub
 
         run(raise_limit())
         wait_for(lambda: run(count(dst, "ORDERS")) >= len(items), 120, "every message copied", rep)
-        time.sleep(3)  # anything doubled lands too
+        wait_handled(rep, src, "ORDERS")  # anything doubled has landed too
     finally:
         assert rep.stop() == 0, rep.output()
     want, got = _copies_by_subject(src, dst)

@@ -24,6 +24,7 @@ from helpers import (
     run,
     start_replicator,
     wait_for,
+    wait_handled,
     write_config,
 )
 from prometheus_client.parser import text_string_to_metric_families
@@ -152,7 +153,7 @@ def settle_expected(src: str, dst: str, proc: Any, timeout: float = 120) -> tupl
     want_copied, want_advs = expected(src, "REG", by_sender_field, params())
     wait_advisories(src, len(want_advs), proc, timeout)
     wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "every copy", proc)
-    time.sleep(2)  # nothing more may arrive
+    wait_handled(proc, src, "REG")  # every message's copies and advisories are out
     return want_copied, want_advs
 
 
@@ -228,7 +229,8 @@ def test_header_and_subject_token_keys_and_messages_without_a_sender(
         wait_advisories(src, len(want_h[1]) + len(want_t[1]), rep)
         wait_for(lambda: run(count(dst, "TOK_COPY")) >= len(want_t[0]), 60, "token copies", rep)
         wait_for(lambda: run(count(dst, "HDR_COPY")) >= len(want_h[0]), 60, "header copies", rep)
-        time.sleep(2)
+        wait_handled(rep, src, "BYHDR")
+        wait_handled(rep, src, "BYTOK")
     finally:
         assert rep.stop() == 0, rep.output()
     copied_h = copied(dst, "HDR_COPY", "hdr")
@@ -314,7 +316,7 @@ def test_admin_state_lists_tracked_senders_from_the_checkpoint(
             run(publish(src, items))
             time.sleep(0.3)
         wait_for(lambda: run(count(dst, "REG")) == 5, 60, "the 5 first copies", rep)
-        time.sleep(3)  # a few more batches: the last messages are in the committed state
+        wait_handled(rep, src, "REG")  # the last messages are in the state the stop commits
     finally:
         assert rep.stop() == 0, rep.output()
     msgs = run(read_all(src, "REG"))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 
 import nats
@@ -21,6 +20,7 @@ from helpers import (
     run,
     start_replicator,
     wait_for,
+    wait_handled,
     write_config,
 )
 from nats.js.api import StreamConfig
@@ -181,7 +181,7 @@ def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
                 "the rest copied",
                 rep,
             )
-            time.sleep(3)
+            wait_handled(rep, src, "S")
             assert "refused source sequence 1500" not in rep.output(10**9)
         else:
             wait_for(

@@ -9,10 +9,13 @@ import pyarrow as pa
 import pytest
 
 from replicator.aio import LoopThread
+from replicator.headers import MSG_ID_HEADER
+from replicator.nats.jetstream import TargetLimits
 from replicator.nats.readers import RawMessage
 from replicator.spark.inflight import InflightRecord
 from replicator.spark.rows import to_record_batch
-from replicator.spark.sink import OrderedSink, SinkSettings
+from replicator.spark.sink import BatchCopies, OrderedSink, SinkSettings
+from replicator.subjects import subjects_matcher
 
 
 def test_a_publish_still_running_past_a_wait_is_still_waited_for() -> None:
@@ -62,3 +65,68 @@ def test_the_first_batch_on_a_target_not_yet_looked_at_is_recorded_as_possibly_l
         if sink._pending is not None:
             sink._pending.cancel()
         loop.stop()
+
+
+SETTINGS = SinkSettings("nats://127.0.0.1:1", "T", "S", "dc1", "cfg", "dc1.cfg.S.1", subject_prefix="c")
+
+
+def copies_of(seqs: list[int], sizes: list[int] | None = None, subjects: tuple[str, ...] = ()) -> BatchCopies:
+    sizes = sizes or [10] * len(seqs)
+    msgs = [
+        RawMessage(seq, "s.a", 1_700_000_000_000_000_000, None, b"x" * n)
+        for seq, n in zip(seqs, sizes, strict=True)
+    ]
+    table = pa.Table.from_batches([to_record_batch("S", msgs)])
+    limits = TargetLimits(max_msg_size=None, max_payload=1024, subjects=subjects)
+    return BatchCopies.of(table, SETTINGS, limits, subjects_matcher(subjects) if subjects else None)
+
+
+def header_lines(lines: bytes) -> dict[str, str]:
+    return dict(line.split(": ", 1) for line in lines.decode().split("\r\n") if ": " in line)
+
+
+def test_each_chained_copy_expects_the_one_before_it_and_the_first_expects_the_targets_last() -> None:
+    copies = copies_of([7, 8, 9])
+    sent = list(copies.messages(0, ("dc1.cfg.S.1.6", 40), by_sequence=False))
+    assert [subject for subject, _, _ in sent] == ["c.s.a"] * 3  # the prefix applied
+    ids = [header_lines(lines)[MSG_ID_HEADER] for _, _, lines in sent]
+    expects = [header_lines(lines)["Nats-Expected-Last-Msg-Id"] for _, _, lines in sent]
+    assert expects == ["dc1.cfg.S.1.6", *ids[:-1]]
+    assert copies.last_id == ids[-1] and copies.held is None
+
+
+def test_on_a_clustered_target_each_copy_expects_the_target_sequence_before_it() -> None:
+    sent = list(copies_of([7, 8, 9]).messages(1, ("x", 40), by_sequence=True))
+    assert [header_lines(lines)["Nats-Expected-Last-Sequence"] for _, _, lines in sent] == ["40", "41"]
+
+
+def test_unchained_copies_expect_nothing() -> None:
+    for _, _, lines in copies_of([1, 2]).messages(0, None, by_sequence=False):
+        assert not any(k.startswith("Nats-Expected") for k in header_lines(lines))
+
+
+def test_a_copy_the_target_would_refuse_whatever_the_order_holds_back_it_and_every_later_one() -> None:
+    copies = copies_of([1, 2, 3], sizes=[10, 2000, 10])
+    sent = list(copies.messages(0, None, by_sequence=False))
+    assert len(sent) == 1
+    assert (
+        copies.held is not None and "source sequence 2" in copies.held and "raise that limit" in copies.held
+    )
+
+    off_subject = copies_of([1, 2], subjects=("other.>",))
+    assert list(off_subject.messages(0, None, by_sequence=False)) == []
+    assert off_subject.held is not None and "does not hold" in off_subject.held
+
+
+def test_the_first_reason_a_batch_stopped_is_the_one_reported() -> None:
+    copies = copies_of([1])
+    copies.stop("refused by the target")
+    copies.stop("the lease ended")
+    assert copies.held == "refused by the target"
+
+
+def test_rows_at_or_below_the_floor_are_passed_over() -> None:
+    copies = copies_of([3, 4, 5, 6])
+    assert copies.first_above(4, 0) == 2
+    assert copies.first_above(10, 0) == 4  # none above: past the end
+    assert copies.first_above(0, 1) == 1
