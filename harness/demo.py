@@ -136,7 +136,7 @@ def main() -> None:
                 "JVM and Spark start included)"
             )
         events = {
-            s.labels["event"]: int(s.value)
+            s.labels["advisory"]: int(s.value)
             for fam in metrics().advisories.collect()
             for s in fam.samples
             if s.name.endswith("_total")

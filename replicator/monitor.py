@@ -12,8 +12,9 @@ import threading
 from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from replicator.metrics import exposition
 
 
 class StreamState(StrEnum):
@@ -53,7 +54,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
-            self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+            self._send(200, exposition(), CONTENT_TYPE_LATEST)
         elif path == "/healthz":
             self._send(200, b"ok\n", "text/plain")
         elif path == "/readyz":

@@ -49,6 +49,13 @@ class SamplingOptions:
         _at_least(self, "sampling_buckets", 1)
         _at_least(self, "clock_interval_ms", 1)
 
+    @classmethod
+    def from_config(cls, s: StreamConfig) -> SamplingOptions:
+        return cls(
+            s.inspect_field, s.inspect_header, s.inspect_subject_token, s.inspect_force_field,
+            sampling_buckets=s.sampling_buckets,
+        )  # fmt: skip
+
     def extractor(self) -> SenderExtractor:
         return SenderExtractor(
             self.inspect_field, self.inspect_header, self.inspect_subject_token, self.inspect_force_field
@@ -114,12 +121,7 @@ class ReaderOptions:
         `start_time` or `start_delta` (resolved by the caller, once, at start)."""
         assert s.batch_max_messages is not None  # the config fills it in
         tls = s.source_tls
-        sampling = None
-        if s.sampling:
-            sampling = SamplingOptions(
-                s.inspect_field, s.inspect_header, s.inspect_subject_token, s.inspect_force_field,
-                sampling_buckets=s.sampling_buckets,
-            )  # fmt: skip
+        sampling = SamplingOptions.from_config(s) if s.sampling else None
         return cls(
             url=s.source_url,
             stream=s.stream,

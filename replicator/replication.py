@@ -44,8 +44,7 @@ from replicator.nats.jetstream import (
     wait_for_stream,
 )
 from replicator.nats.urls import parse_nats_url
-from replicator.options import ReaderOptions
-from replicator.sampling.extract import SenderExtractor
+from replicator.options import ReaderOptions, SamplingOptions
 from replicator.sampling.rules import Event, SamplingParams
 from replicator.source_reader import SourceReader
 from replicator.spark.checkpoint import CheckpointFiles, open_checkpoint
@@ -183,15 +182,14 @@ class StreamReplication:
             else InflightRecord(inflight_path(self.cfg, s)),
         )
         metrics().start_series(
-            self.sink.labels, tuple(Event) if s.sampling and s.advisory is not None else ()
+            self.sink.labels, s.sampling, tuple(Event) if s.sampling and s.advisory is not None else ()
         )
         if s.sampling:
             self.sampling_sink = SamplingSink(
                 self.sink,
                 self.loop,
                 SourceReader(self.reader_options()),  # asks the stream: "gone" is one clear error
-                reliable=bool(s.advisory and s.advisory.reliable),
-                publish_advisories=s.advisory is not None,
+                self.sampling_params(),
             )
         return True
 
@@ -233,22 +231,20 @@ class StreamReplication:
         return f"{self.cfg.name}.{s.name}.{s.stream}.{created}"
 
     def sampling_params(self) -> SamplingParams:
+        """The sampling rules and where advisories go: built here only (the reader's part, who a
+        sender is, is ReaderOptions.sampling)."""
         s = self.s
         assert s.inspect_duration is not None and s.warn_duration is not None
+        sender = SamplingOptions.from_config(s).extractor()
         return SamplingParams(
             inspect_ms=int(s.inspect_duration.total_seconds() * 1000),
             warn_ms=int(s.warn_duration.total_seconds() * 1000),
             size_trigger=s.size_trigger,
             stream=s.stream,
             replicator=self.cfg.name,
-            inspect_label=self.extractor().label,
+            inspect_label=sender.label,
             advisory_subject=s.advisory.subject if s.advisory else "",
-        )
-
-    def extractor(self) -> SenderExtractor:
-        s = self.s
-        return SenderExtractor(
-            s.inspect_field, s.inspect_header, s.inspect_subject_token, s.inspect_force_field
+            advisory_reliable=bool(s.advisory and s.advisory.reliable),
         )
 
     def reader_options(self) -> ReaderOptions:

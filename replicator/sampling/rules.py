@@ -48,6 +48,9 @@ class SamplingParams:
     inspect_label: str = ""
     """What identifies a sender, for the advisory's `inspect_field` (e.g. `sender`)."""
     advisory_subject: str = ""
+    """Where advisories are published (`%s`: the event, `%v`: the sender); "" publishes none."""
+    advisory_reliable: bool = False
+    """Advisories as JetStream publishes, acknowledged, instead of core NATS messages."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from replicator.aio import LoopThread
 from replicator.headers import MSG_ID_HEADER
-from replicator.metrics import metrics
+from replicator.metrics import LIMITER, metrics
 from replicator.sampling import state
 from replicator.sampling.rules import Message, SamplingParams
 from replicator.source_reader import SourceReader, SourceStreamGone
@@ -33,14 +33,16 @@ from replicator.spark.sink import BatchResult, OrderedSink, PublishError
 
 log = logging.getLogger(__name__)
 
-# One row per message (kind copy or skip) and per advisory (kind adv, with its event).
+# One row per message (kind copy or skip), per advisory (kind adv, with its event), and per
+# bucket and batch (kind stats: its senders in `size`, and how many of the batch's messages had
+# no sender or were forced, in `unkeyed` and `forced`; every bucket runs in every batch).
 OUTPUT_SCHEMA = (
     "kind STRING, seq BIGINT, subject STRING, ts_ms BIGINT, headers STRING, data BINARY, size INT, "
-    "event STRING"
+    "event STRING, unkeyed INT, forced INT"
 )
 # A bucket's sender table, encoded by replicator.sampling.state.
 STATE_SCHEMA = "table BINARY"
-KIND_COPY, KIND_SKIP, KIND_ADVISORY = "copy", "skip", "adv"
+KIND_COPY, KIND_SKIP, KIND_ADVISORY, KIND_STATS = "copy", "skip", "adv", "stats"
 
 
 def bucket_function(
@@ -73,6 +75,8 @@ def bucket_function(
                 "data": None,
                 "size": rows["size"].to_numpy(),
                 "event": None,
+                "unkeyed": None,
+                "forced": None,
             }
         )
         if advs:
@@ -86,10 +90,19 @@ def bucket_function(
                     "data": [a.payload(p) for a in advs],
                     "size": 0,
                     "event": [str(a.event) for a in advs],
+                    "unkeyed": None,
+                    "forced": None,
                 }
             )
             out = pd.concat([out, adv], ignore_index=True)
-        yield out
+        stats = pd.DataFrame(
+            {
+                "kind": [KIND_STATS], "seq": [-1], "subject": [None], "ts_ms": [clock_ms], "headers": [None],
+                "data": [None], "size": [len(table)], "event": [None],
+                "unkeyed": [sum(m.sender is None for m in msgs)], "forced": [sum(m.force for m in msgs)],
+            }
+        )  # fmt: skip
+        yield pd.concat([out, stats], ignore_index=True)
 
     return decide
 
@@ -120,22 +133,21 @@ class SamplingSink:
         ordered: OrderedSink,
         loop: LoopThread,
         source: SourceReader,
-        reliable: bool,
-        publish_advisories: bool,
+        p: SamplingParams,
     ) -> None:
         self.ordered = ordered
         self.loop = loop
         # On a connection of its own to the source: advisories out, copies' payloads in.
         self.source = source
-        self.reliable = reliable
-        self.publish_advisories = publish_advisories
+        self.p = p
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
         self.ordered.check_leader()
         table: pa.Table = batch_df.toArrow()
         kinds = table.column("kind")
-        msgs = table.filter(pc.not_equal(kinds, KIND_ADVISORY))
+        stats = table.filter(pc.equal(kinds, KIND_STATS))
+        msgs = table.filter(pc.is_in(kinds, pa.array([KIND_COPY, KIND_SKIP])))
         advs = table.filter(pc.equal(kinds, KIND_ADVISORY)).sort_by(
             [("ts_ms", "ascending"), ("seq", "ascending")]
         )
@@ -152,14 +164,27 @@ class SamplingSink:
                 result.duplicates += r.duplicates
             # Every message of the batch is handled: copied, or deliberately skipped.
             self.ordered.handled_up_to(result.last_seq)
-        if advs.num_rows and self.publish_advisories:
+        m, lab = metrics(), self.ordered.labels
+        if advs.num_rows and self.p.advisory_subject:
             self.ordered.check_leader()
-            self.loop.run(self._advise(advs), timeout=None)
-            # Counted once published: a batch that failed before is replayed and counted then.
             counts = pc.value_counts(advs.column("event")).to_pylist()
-            advisories = metrics().advisories
+            try:
+                self.loop.run(self._advise(advs), timeout=None)
+            except Exception:
+                for c in counts:
+                    m.advisory_errors.labels(c["values"], lab.stream, lab.replicator).inc(c["counts"])
+                raise
+            # Counted once published: a batch that failed before is replayed and counted then.
             for c in counts:
-                advisories.labels(*self.ordered.labels.values(), c["values"]).inc(c["counts"])
+                m.advisories.labels(c["values"], lab.stream, lab.replicator).inc(c["counts"])
+        # The senders after this batch, and what its messages were (counted once it is handled).
+        lab.of(m.tracked).set(int(pc.sum(stats.column("size")).as_py() or 0))
+        m.unkeyed.labels(LIMITER, lab.stream, lab.replicator).inc(
+            int(pc.sum(stats.column("unkeyed")).as_py() or 0)
+        )
+        m.forced.labels(LIMITER, lab.stream, lab.replicator).inc(
+            int(pc.sum(stats.column("forced")).as_py() or 0)
+        )
         result.seconds = time.monotonic() - started
         self.ordered.account(result)
         self.ordered.log.debug("batch %d: %d messages, %d copied, %d advisories", batch_id, result.received,
@@ -202,7 +227,7 @@ class SamplingSink:
         subjects = advs.column("subject").to_pylist()
         datas = advs.column("data").to_pylist()
         headers = [dict(json.loads(h)) for h in advs.column("headers").to_pylist()]
-        if not self.reliable:
+        if not self.p.advisory_reliable:
             for subject, data in zip(subjects, datas, strict=True):
                 await nc.publish(subject, data)
             await nc.flush(timeout=30)

@@ -669,6 +669,7 @@ class OrderedSink:
         if r.last_seq:
             lab.of(m.sequence).set(r.last_seq)
         lab.of(m.batch_seconds).observe(r.seconds)
+        m.processing_time.observe(lab.values(), r.received, r.seconds)
         t = self.totals
         t.received += r.received
         t.received_bytes += r.received_bytes

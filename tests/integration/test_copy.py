@@ -69,8 +69,8 @@ def test_full_copy_with_subject_rewrite_and_headers(
         labels = 'replicator="dc1",stream="NODE_DATA",worker="nodes"'
         wait_for(lambda: f"stream_lag_messages{{{labels}}} 0.0" in _scrape(port), 30, "lag 0 in metrics", rep)
         text = _scrape(port)
-        assert f"choria_stream_replicator_replicator_copied_messages_total{{{labels}}} 3000.0" in text
-        assert f"choria_stream_replicator_replicator_total_messages_total{{{labels}}} 3000.0" in text
+        assert f"choria_stream_replicator_replicator_copied_messages{{{labels}}} 3000.0" in text
+        assert f"choria_stream_replicator_replicator_total_messages{{{labels}}} 3000.0" in text
         assert f"choria_stream_replicator_replicator_stream_sequence{{{labels}}} 3000.0" in text
         # Where each batch's time went, step by step (Spark's own breakdown), for every batch.
         steps = {

@@ -73,7 +73,7 @@ def test_heartbeats_reach_the_target_through_the_copy_with_chorias_headers(
             text = r.read().decode()
         assert 'choria_stream_replicator_heartbeat_subjects_count{replicator="dc1"} 2.0' in text
         assert (
-            'choria_stream_replicator_heartbeat_published_count_total{replicator="dc1",subject="reg._monitor"}'
+            'choria_stream_replicator_heartbeat_published_count{replicator="dc1",subject="reg._monitor"}'
             in text
         )
         assert rep.stop() == 0, rep.output()
