@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -59,6 +60,10 @@ def validate(config: ConfigOpt) -> None:
     for s in cfg.streams:
         mode = "sampling" if s.sampling else "copy"
         typer.echo(f"{s.name}: {s.stream} -> {s.target_stream} ({mode})")
+    if cfg.heartbeats is not None:
+        typer.echo(f"heartbeats: {len(cfg.heartbeats.subjects)} subject(s) every {cfg.heartbeats.interval}")
+    for line in cfg.notices():
+        typer.echo(f"note: {line}")
     typer.echo(f"{config}: ok ({len(cfg.streams)} stream{'s' if len(cfg.streams) != 1 else ''})")
 
 
@@ -81,6 +86,8 @@ def run(
     from replicator.runner import Runner
 
     setup_logging(cfg.loglevel, cfg.logfile, cfg.log_format)
+    for line in cfg.notices():
+        logging.getLogger("replicator.config").warning("%s", line)
     runner = Runner(cfg, streams, spark_master)
     signal.signal(signal.SIGTERM, runner.request_stop)
     signal.signal(signal.SIGINT, runner.request_stop)

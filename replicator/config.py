@@ -18,6 +18,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -131,8 +132,15 @@ class HeartbeatConfig(_Strict):
         return self
 
 
+# Choria's order of the start keys when several are set: the first set is used.
+START_PRECEDENCE = ("start_at_end", "start_sequence", "start_delta", "start_time")
+
+
 class StreamConfig(_Strict):
     """One replicated stream (an entry of `streams:`)."""
+
+    # Several start keys were set and one was kept (see notices).
+    _start_notice: str = PrivateAttr(default="")
 
     name: str = ""
     stream: str
@@ -161,9 +169,9 @@ class StreamConfig(_Strict):
     inspect_force_field: str = ""
     advisory: AdvisoryConfig | None = None
     leader_election_name: str = ""
-    # Choria keys whose job is done here another way (docs/configuration.md): this replicator
-    # keeps no consumer on the source, so `ephemeral` changes nothing; `target_initiated` reads
-    # further ahead, for a replicator placed near the target across a long link.
+    # Choria keys (docs/configuration.md): `ephemeral: true` is refused (Go copies the stream
+    # again from its start options at every start; this replicator copies each message once);
+    # `target_initiated` reads further ahead, for a replicator near the target across a long link.
     ephemeral: bool = False
     target_initiated: bool = False
     choria: ChoriaCredentials = None
@@ -223,6 +231,17 @@ class StreamConfig(_Strict):
                 raise ValueError(f"{v!r} is not an RFC3339 time, e.g. 2024-01-02T15:04:05Z") from None
         return v
 
+    @field_validator("ephemeral")
+    @classmethod
+    def _ephemeral(cls, v: bool) -> bool:
+        if v:
+            raise ValueError(
+                "true is not supported: Choria's replicator then copies the whole stream again from its "
+                "start options at every start; this one copies each message once and resumes after the "
+                "target's last copy, so the target always holds the stream: remove the key"
+            )
+        return v
+
     @field_validator("inspect_subject_token")
     @classmethod
     def _token(cls, v: int) -> int:
@@ -244,8 +263,16 @@ class StreamConfig(_Strict):
             )
             if on
         ]
-        if len(starts) > 1:
-            raise ValueError(f"only one of {', '.join(starts)} may be set: pick one start position")
+        if len(starts) > 1 and not self._start_notice:  # (clearing the others validates again)
+            # Choria's replicator takes the first of these in its order; a file it runs runs here.
+            used = next(k for k in START_PRECEDENCE if k in starts)
+            self._start_notice = (
+                f"{', '.join(starts)} are all set: {used} is used, as Choria's replicator does (it takes "
+                f"the first of {', '.join(START_PRECEDENCE)}); remove the others"
+            )
+            for k in starts:
+                if k != used:
+                    setattr(self, k, StreamConfig.model_fields[k].default)
         modes = [
             k
             for k, on in (
@@ -305,12 +332,29 @@ class StreamConfig(_Strict):
     def sampling(self) -> bool:
         return bool(self.inspect_field or self.inspect_header or self.inspect_subject_token)
 
+    def notices(self) -> list[str]:
+        """What was accepted with a meaning worth a line in the log (cli: validate prints them,
+        run logs them): which start key is used, and what Choria's replicator would refuse."""
+        out = [self._start_notice] if self._start_notice else []
+        if self.target_initiated:
+            # Go's rules for target_initiated; ours only reads further ahead, so they do not apply.
+            beyond = [k for k, on in (("without filter_subject", not self.filter_subject),
+                                      ("with max_age", self.max_age is not None),
+                                      ("with sampling", self.sampling)) if on]  # fmt: skip
+            if beyond:
+                out.append(
+                    f"target_initiated {' and '.join(beyond)}: accepted here (it only reads further ahead), "
+                    "but Choria's replicator refuses this entry"
+                )
+        return out
+
 
 class Config(_Strict):
     """The whole file."""
 
     name: str
-    streams: list[StreamConfig] = Field(min_length=1)
+    # Empty only in a file that just sends heartbeats (as Choria's runs it).
+    streams: list[StreamConfig] = Field(default_factory=list)
     state_store: str = ""
     # Extension: where Spark checkpoints go instead of state_store, as a Hadoop URI
     # (s3a://bucket/prefix): reached by every executor of a Spark cluster (replicator.spark.checkpoint).
@@ -369,8 +413,16 @@ class Config(_Strict):
             raise ValueError("must be a non-empty name without spaces, e.g. dc1_replicator")
         return v
 
+    def notices(self) -> list[str]:
+        """Lines about keys accepted with a meaning worth saying (see StreamConfig._notices)."""
+        return [f"streams[{i}].{n}" for i, s in enumerate(self.streams) for n in s.notices()]
+
     @model_validator(mode="after")
     def _defaults(self) -> Config:
+        if not self.streams and self.heartbeats is None:
+            raise ValueError(
+                "streams: give one or more stream entries (or heartbeats: for a file that only sends heartbeats)"
+            )
         seen: set[tuple[str, str]] = set()
         elections: dict[str, str] = {}  # leader election key -> the entry using it
         for s in self.streams:

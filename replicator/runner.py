@@ -75,13 +75,15 @@ class Runner:
         self.stop_event.set()
 
     def run(self, on_progress: Callable[[Runner], None] | None = None) -> int:
-        if serve(self.cfg.monitor_port, self.readiness, self.cfg.monitor_address):
+        if serve(self.cfg.monitor_port, self.readiness, self.cfg.monitor_address, self.cfg.profiling):
             log.info(
                 "monitoring on http://%s:%d (/metrics, /healthz, /readyz)",
                 self.cfg.monitor_address,
                 self.cfg.monitor_port,
             )
         self._start_heartbeats()
+        if not self.replications:
+            return self._heartbeats_only()
         for r in self.replications:
             self.readiness.set(r.label, StreamState.WAITING_FOR_SOURCE)
             if not r.prepare(self.stop_event.is_set):
@@ -283,6 +285,19 @@ class Runner:
             # Looking up and creating the data source ran on this thread, in start(): those
             # processes can go now. Planning its reads runs on the query's own thread, later.
             release_idle_planners(self.spark, SOURCE_CREATION_MODULES)
+
+    def _heartbeats_only(self) -> int:
+        """A file with heartbeats and no streams (Choria's runs it): no Spark, only heartbeats."""
+        log.info("no streams configured: sending heartbeats only")
+        self.readiness.set_without_streams()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self.request_stop)
+            signal.signal(signal.SIGTERM, self.request_stop)
+        try:
+            self.stop_event.wait()
+        finally:
+            self.shutdown()
+        return 0
 
     def _start_heartbeats(self) -> None:
         if self.cfg.heartbeats is None:

@@ -79,3 +79,27 @@ def test_heartbeats_reach_the_target_through_the_copy_with_chorias_headers(
         assert rep.stop() == 0, rep.output()
     finally:
         rep.kill9()
+
+
+def test_a_file_with_only_heartbeats_runs_them_without_spark(
+    source: NatsCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Choria's replicator runs a file with `heartbeats:` and no streams; so does ours."""
+    src = source.url
+    run(_create_source(src))
+    cfg = write_config(
+        tmp_path / "sr.yaml",
+        "dc1",
+        [],
+        heartbeats={"url": src, "interval": "1s", "subjects": [{"subject": "reg._monitor"}]},
+    )
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(60)  # ready without a stream to replicate
+        wait_for(lambda: run(last_heartbeat(src, "reg._monitor")) is not None, 60, "a heartbeat", rep)
+        assert "sending heartbeats only" in rep.output()
+        assert "starting Spark" not in rep.output()
+        assert rep.stop() == 0, rep.output()
+    finally:
+        rep.kill9()

@@ -198,7 +198,8 @@ def test_every_v09_key_is_accepted_or_refused_with_why_never_as_a_misspelling(wh
         text = str(e)
         assert "spelling" not in text and "\n" not in text
         assert "not supported" in text, text  # a refusal says so, and why
-        assert key == "choria" or key.endswith("_choria"), f"{key} refused: {text}"
+        # Refused: Choria's credentials, and ephemeral: true (what it does here would double copies).
+        assert key in ("choria", "ephemeral") or key.endswith("_choria"), f"{key} refused: {text}"
 
 
 def test_tls_files_are_checked_as_the_config_is_read_and_carried_as_one_plain_type(tmp_path: Path) -> None:
@@ -222,3 +223,55 @@ def test_tls_files_are_checked_as_the_config_is_read_and_carried_as_one_plain_ty
         with pytest.raises(ConfigError) as failed:
             parse_config({**BASE, "streams": [{**BASE["streams"][0], "tls": tls}]})
         assert str(failed.value).startswith(error), str(failed.value)
+
+
+def _entry(**over: object) -> dict[str, object]:
+    return {"stream": "S", "source_url": "nats://a:4222", "target_url": "nats://b:4222", **over}
+
+
+def test_several_start_keys_take_chorias_order_with_a_note() -> None:
+    """Choria's replicator runs a file with several start keys, taking the first of start_at_end,
+    start_sequence, start_delta, start_time; so does ours, and says which it used."""
+    cfg = parse_config(
+        {
+            "name": "dc1",
+            "streams": [_entry(start_sequence=5, start_delta="1h", start_time="2024-01-02T15:04:05Z")],
+        }
+    )
+    s = cfg.streams[0]
+    assert (s.start_sequence, s.start_delta, s.start_time) == (5, None, None)
+    (note,) = cfg.notices()
+    assert note.startswith(
+        "streams[0].start_sequence, start_time, start_delta are all set: start_sequence is used"
+    )
+    assert (
+        parse_config({"name": "dc1", "streams": [_entry(start_at_end=True, start_sequence=5)]})
+        .streams[0]
+        .start_sequence
+        == 0
+    )
+
+
+def test_ephemeral_true_is_refused_with_why() -> None:
+    with pytest.raises(
+        ConfigError, match=r"^streams\[0\]\.ephemeral: true is not supported: .*remove the key$"
+    ):
+        parse_config({"name": "dc1", "streams": [_entry(ephemeral=True)]})
+    assert parse_config({"name": "dc1", "streams": [_entry(ephemeral=False)]}).notices() == []
+
+
+def test_target_initiated_where_choria_refuses_it_is_accepted_with_a_note() -> None:
+    cfg = parse_config({"name": "dc1", "streams": [_entry(target_initiated=True, max_age="1h")]})
+    (note,) = cfg.notices()
+    assert "without filter_subject and with max_age" in note and "Choria's replicator refuses" in note
+    ok = parse_config({"name": "dc1", "streams": [_entry(target_initiated=True, filter_subject="s.>")]})
+    assert ok.notices() == []
+
+
+def test_a_file_with_only_heartbeats_is_valid_and_one_with_neither_is_not() -> None:
+    cfg = parse_config(
+        {"name": "dc1", "heartbeats": {"url": "nats://a:4222", "subjects": [{"subject": "x"}]}}
+    )
+    assert cfg.streams == []
+    with pytest.raises(ConfigError, match=r"streams: give one or more stream entries \(or heartbeats:"):
+        parse_config({"name": "dc1"})

@@ -67,3 +67,27 @@ def test_the_monitor_binds_the_address_it_is_given() -> None:
         assert _get(f"http://127.0.0.1:{port}/healthz") == (200, b"ok\n")
     finally:
         server.shutdown()
+
+
+def test_thread_stacks_are_served_only_with_profiling_on() -> None:
+    """Choria's `profiling` serves Go's profiler on the monitor port; ours serves every Python
+    thread's stack there (Spark's own UI opens too: runner)."""
+    for profiling in (False, True):
+        port = free_port()
+        server = serve(port, Readiness(), host="127.0.0.1", profiling=profiling)
+        assert server is not None
+        try:
+            code, body = _get(f"http://127.0.0.1:{port}/debug/threads")
+            if profiling:
+                assert code == 200 and b"thread monitor" in body and b"serve_forever" in body
+            else:
+                assert code == 404
+        finally:
+            server.shutdown()
+
+
+def test_a_process_without_streams_is_ready_once_it_runs() -> None:
+    r = Readiness()
+    assert not r.ready()
+    r.set_without_streams()  # heartbeats only
+    assert r.ready()
