@@ -168,6 +168,9 @@ class StreamConfig(_Strict):
     size_trigger: float = Field(default=0, ge=0)
     inspect_force_field: str = ""
     advisory: AdvisoryConfig | None = None
+    # Extension: `drop` forgets, unadvised, a sender whose expiry is found more than
+    # inspect_duration late (after the replicator was down), as Choria's replicator does.
+    late_expiry: Literal["advise", "drop"] = "advise"
     leader_election_name: str = ""
     # Choria keys (docs/configuration.md): `ephemeral: true` is refused (Go copies the stream
     # again from its start options at every start; this replicator copies each message once);

@@ -245,6 +245,7 @@ class StreamReplication:
             inspect_label=sender.label,
             advisory_subject=s.advisory.subject if s.advisory else "",
             advisory_reliable=bool(s.advisory and s.advisory.reliable),
+            drop_late=s.late_expiry == "drop",
         )
 
     def reader_options(self) -> ReaderOptions:

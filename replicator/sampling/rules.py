@@ -51,6 +51,10 @@ class SamplingParams:
     """Where advisories are published (`%s`: the event, `%v`: the sender); "" publishes none."""
     advisory_reliable: bool = False
     """Advisories as JetStream publishes, acknowledged, instead of core NATS messages."""
+    drop_late: bool = False
+    """A sender found silent for twice inspect_ms or more (its expiry found late: the replicator
+    was down) is forgotten without a timeout or expire advisory, as Choria's replicator does with
+    old state it loads; by default it is advised at the event times it fell due."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,11 @@ class SenderTable:
                 last_seen = row[0] if row else int(seen[i])
                 was_warned = bool(row[3]) if row else bool(warned[i])
                 gap = m.ts_ms - last_seen
-                if gap >= p.inspect_ms:
+                if p.drop_late and gap >= 2 * p.inspect_ms:
+                    del index[s]  # forgotten unadvised: new again below
+                    removed = True
+                    i = None
+                elif gap >= p.inspect_ms:
                     if not was_warned:
                         advs.append(Advisory(Event.TIMEOUT, s, last_seen + p.warn_ms, last_seen, m.seq))
                     advs.append(Advisory(Event.EXPIRE, s, last_seen + p.inspect_ms, last_seen, m.seq))
@@ -229,6 +237,14 @@ class SenderTable:
         if not len(self.seen):
             return []
         advs: list[Advisory] = []
+        if p.drop_late:
+            late = np.flatnonzero(self.seen <= clock - 2 * p.inspect_ms)
+            for i in late:
+                del self.index[self.keys[i]]  # forgotten unadvised
+            if len(late):
+                self._rebuild([], [])
+                if not len(self.seen):
+                    return []
         expire = self.seen <= clock - p.inspect_ms
         timeout = ~self.warned & (self.seen <= clock - p.warn_ms)
         for i in np.flatnonzero(timeout):

@@ -3,6 +3,7 @@ that the bucketed, batched, serialised engine equals the plain reference."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from hypothesis import given, settings
@@ -106,6 +107,29 @@ def test_a_busy_backlog_never_times_out_a_sender_that_kept_publishing() -> None:
     msgs = [Message(i, "n1", i * 300 * S, 1000) for i in range(24)]
     _, advs, _ = run(msgs, 23 * 300 * S)
     assert advs == [("new", "n1", 0)]
+
+
+def test_by_default_an_expiry_found_late_is_advised_at_the_time_it_fell_due() -> None:
+    """The replicator was down for three intervals: the sender's timeout and expiry are still
+    advised, stamped when they fell due (event time), not when they were found."""
+    msgs = [Message(1, "a", 0, 1000)]
+    _, _, t = run(msgs, 60 * S)
+    _, advs, t = run([], 3 * 3600 * S, table=t)
+    assert advs == [(Event.TIMEOUT, "a", 1800), (Event.EXPIRE, "a", 3600)] and len(t) == 0
+
+
+def test_late_expiry_drop_forgets_a_sender_found_late_without_advising_as_choria_does() -> None:
+    """late_expiry: drop. Choria's replicator drops senders last seen more than twice the interval
+    ago without advising (old state loaded after a restart); a sender expiring on time is still
+    advised, and one coming back after being forgotten is new again."""
+    p = dataclasses.replace(P, drop_late=True)
+    _, _, t = run([Message(1, "a", 0, 1000), Message(2, "b", 1000 * S, 1000)], 1000 * S, p)
+    _, advs, t = run([], 2 * 3600 * S, p, t)  # a: 2 intervals silent (dropped); b: 1.7 (advised)
+    assert advs == [(Event.TIMEOUT, "b", 2800), (Event.EXPIRE, "b", 4600)] and len(t) == 0
+
+    _, _, t = run([Message(1, "a", 0, 1000)], 0, p)
+    copied, advs, t = run([Message(2, "a", 2 * 3600 * S, 1000)], 2 * 3600 * S, p, t)
+    assert copied == [2] and advs == [(Event.NEW, "a", 7200)]  # no timeout or expire first
 
 
 def test_advisory_document_and_ids() -> None:
