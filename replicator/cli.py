@@ -179,6 +179,39 @@ def admin_state(
             typer.echo(line)
 
 
+@admin.command("export-state")
+def admin_export_state(
+    config: ConfigOpt,
+    stream: Annotated[str | None, typer.Option(help="Only this stream (its name or stream)")] = None,
+) -> None:
+    """Write each sampled stream's committed senders as Choria's replicator keeps them
+    (<state_store>/<stream>_<name>.json), for switching a stream back to it: its senders are
+    then not advised new or copied again. Stop this replicator first."""
+    cfg = _load(config)
+    try:
+        streams = [cfg.stream_named(stream)] if stream else [s for s in cfg.streams if s.sampling]
+    except ConfigError as e:
+        _fail(str(e))
+        return
+    if not streams or not all(s.sampling for s in streams):
+        _fail("no sampling stream selected: state exists only for streams with inspect_field, "
+              "inspect_header or inspect_subject_token")  # fmt: skip
+    from replicator.admin import read_state
+    from replicator.sampling.choria_state import ChoriaSender, choria_state_file, write_choria_state
+
+    for s in streams:
+        try:
+            st = read_state(cfg, s)
+        except RuntimeError as e:
+            _fail(str(e))
+            return
+        path = choria_state_file(cfg.state_store, s.stream, s.name)
+        write_choria_state(
+            path, (ChoriaSender(t.sender, t.seen_ms, t.copied_ms, t.size, t.advised) for t in st.senders)
+        )
+        typer.echo(f"{s.name}: {len(st.senders)} senders written to {path}")
+
+
 @admin.command("election")
 def admin_election(config: ConfigOpt) -> None:
     """Who leads each leader-elected stream entry now (the CHORIA_LEADER_ELECTION bucket)."""

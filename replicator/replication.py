@@ -45,6 +45,12 @@ from replicator.nats.jetstream import (
 )
 from replicator.nats.urls import parse_nats_url
 from replicator.options import ReaderOptions, SamplingOptions
+from replicator.sampling.choria_state import (
+    ChoriaStateError,
+    choria_state_file,
+    read_choria_state,
+    seed_tables,
+)
 from replicator.sampling.rules import Event, SamplingParams
 from replicator.source_reader import SourceReader
 from replicator.spark.checkpoint import CheckpointFiles, open_checkpoint
@@ -230,6 +236,22 @@ class StreamReplication:
         created = int(info.created.timestamp()) if info.created else 0
         return f"{self.cfg.name}.{s.name}.{s.stream}.{created}"
 
+    def _choria_seed(self, files: Any) -> dict[int, bytes] | None:
+        """A sampled entry's first query (no committed batch) starts from the senders of
+        Choria's replicator's state file for the entry, where one is: a fleet switched from it
+        sees no sender advised `new` or copied again."""
+        path = choria_state_file(self.cfg.state_store, self.s.stream, self.s.name)
+        if files.names("commits") or not path.is_file():
+            return None
+        try:
+            senders = read_choria_state(path)
+        except ChoriaStateError as e:
+            raise RuntimeError(
+                f"{e}: fix or remove the file (its senders would all be advised new)"
+            ) from None
+        self.log.info("starting from the %d senders of Choria's sampler state %s", len(senders), path)
+        return seed_tables(senders, self.s.sampling_buckets)
+
     def sampling_params(self) -> SamplingParams:
         """The sampling rules and where advisories go: built here only (the reader's part, who a
         sender is, is ReaderOptions.sampling)."""
@@ -335,7 +357,7 @@ class StreamReplication:
             from pyspark.sql.streaming.state import GroupStateTimeout
 
             df = df.groupBy("bucket").applyInPandasWithState(
-                bucket_function(self.sampling_params()),
+                bucket_function(self.sampling_params(), self._choria_seed(files)),
                 OUTPUT_SCHEMA,
                 STATE_SCHEMA,
                 "append",

@@ -46,10 +46,17 @@ KIND_COPY, KIND_SKIP, KIND_ADVISORY, KIND_STATS = "copy", "skip", "adv", "stats"
 
 
 def bucket_function(
-    p: SamplingParams,
+    p: SamplingParams, seed: dict[int, bytes] | None = None
 ) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
+    """The rules for one bucket and batch. `seed`: each bucket's first table, for a query with no
+    committed batch yet (senders imported from Choria's state: replicator.sampling.choria_state)."""
+
     def decide(key: Any, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
-        table = state.decode(group_state.get[0] if group_state.exists else None)
+        seeded = seed is not None and int(key[0]) in seed
+        if group_state.exists:
+            table = state.decode(group_state.get[0])
+        else:
+            table = state.decode(seed[int(key[0])] if seed is not None and seeded else None)
         df = pd.concat(list(frames), ignore_index=True)
         clock_ms = int(df.loc[df["seq"] < 0, "ts_ms"].max()) if (df["seq"] < 0).any() else table.clock_ms
         rows = df[df["seq"] >= 0].sort_values("seq")
@@ -60,7 +67,8 @@ def bucket_function(
             )
         ]
         copies, advs = table.process(msgs, clock_ms, p)
-        if len(table):
+        # A seeded bucket keeps its state even when empty: removed, the seed would apply again.
+        if len(table) or seeded:
             group_state.update((state.encode(table),))
         elif group_state.exists:
             group_state.remove()
