@@ -77,6 +77,9 @@ class Metrics:
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(f"{_NS}_{name}", doc, LABELS, registry=registry)
 
+        def counter_of(full_name: str, doc: str) -> Counter:
+            return Counter(full_name, doc, LABELS, registry=registry)
+
         self.received_msgs = counter(
             "total_messages", "Messages read from the source, including skipped ones"
         )
@@ -115,6 +118,15 @@ class Metrics:
             "choria_stream_replicator_tracker_total_items", "Senders a sampled stream tracks", LABELS,
             registry=registry,
         )  # fmt: skip
+        # The fleet at a glance (ours): tracked senders by state, and those that expired.
+        self.senders = Gauge(
+            "choria_stream_replicator_tracker_senders", "Tracked senders by state: healthy (seen within "
+            "warn_duration), warning (advised timed out, not yet expired)", (*LABELS, "state"), registry=registry,
+        )  # fmt: skip
+        self.expired = counter_of(
+            "choria_stream_replicator_tracker_expired",
+            "Senders expired (unseen for inspect_duration) and forgotten",
+        )
         self.lag = gauge("stream_lag_messages", "Last source sequence minus last copied sequence")
         self.sequence = gauge("stream_sequence", "Last source sequence processed")
         a = "choria_stream_replicator_advisor"
@@ -203,6 +215,9 @@ class Metrics:
             self.batch_steps.labels(*labels.values(), step)
         if sampled:
             labels.of(self.tracked)
+            labels.of(self.expired)
+            for state in ("healthy", "warning"):
+                self.senders.labels(*labels.values(), state)
             self.unkeyed.labels(LIMITER, labels.stream, labels.replicator)
             self.forced.labels(LIMITER, labels.stream, labels.replicator)
         for event in events:

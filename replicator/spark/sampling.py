@@ -34,11 +34,12 @@ from replicator.spark.sink import BatchResult, OrderedSink, PublishError
 log = logging.getLogger(__name__)
 
 # One row per message (kind copy or skip), per advisory (kind adv, with its event), and per
-# bucket and batch (kind stats: its senders in `size`, and how many of the batch's messages had
-# no sender or were forced, in `unkeyed` and `forced`; every bucket runs in every batch).
+# bucket and batch (kind stats: its senders in `size`, those advised timed out in `warned`, and
+# how many of the batch's messages had no sender or were forced, in `unkeyed` and `forced`;
+# every bucket runs in every batch).
 OUTPUT_SCHEMA = (
     "kind STRING, seq BIGINT, subject STRING, ts_ms BIGINT, headers STRING, data BINARY, size INT, "
-    "event STRING, unkeyed INT, forced INT"
+    "event STRING, unkeyed INT, forced INT, warned INT"
 )
 # A bucket's sender table, encoded by replicator.sampling.state.
 STATE_SCHEMA = "table BINARY"
@@ -85,6 +86,7 @@ def bucket_function(
                 "event": None,
                 "unkeyed": None,
                 "forced": None,
+                "warned": None,
             }
         )
         if advs:
@@ -100,6 +102,7 @@ def bucket_function(
                     "event": [str(a.event) for a in advs],
                     "unkeyed": None,
                     "forced": None,
+                    "warned": None,
                 }
             )
             out = pd.concat([out, adv], ignore_index=True)
@@ -108,6 +111,7 @@ def bucket_function(
                 "kind": [KIND_STATS], "seq": [-1], "subject": [None], "ts_ms": [clock_ms], "headers": [None],
                 "data": [None], "size": [len(table)], "event": [None],
                 "unkeyed": [sum(m.sender is None for m in msgs)], "forced": [sum(m.force for m in msgs)],
+                "warned": [int(table.warned.sum())],
             }
         )  # fmt: skip
         yield pd.concat([out, stats], ignore_index=True)
@@ -186,7 +190,13 @@ class SamplingSink:
             for c in counts:
                 m.advisories.labels(c["values"], lab.stream, lab.replicator).inc(c["counts"])
         # The senders after this batch, and what its messages were (counted once it is handled).
-        lab.of(m.tracked).set(int(pc.sum(stats.column("size")).as_py() or 0))
+        tracked = int(pc.sum(stats.column("size")).as_py() or 0)
+        warned = int(pc.sum(stats.column("warned")).as_py() or 0)
+        lab.of(m.tracked).set(tracked)
+        m.senders.labels(*lab.values(), "healthy").set(tracked - warned)
+        m.senders.labels(*lab.values(), "warning").set(warned)
+        expired = pc.sum(pc.equal(advs.column("event"), "expire")).as_py() if advs.num_rows else 0
+        lab.of(m.expired).inc(int(expired or 0))
         m.unkeyed.labels(LIMITER, lab.stream, lab.replicator).inc(
             int(pc.sum(stats.column("unkeyed")).as_py() or 0)
         )

@@ -37,6 +37,12 @@ def test_go_counters_are_exported_under_their_go_names_and_types() -> None:
     )
     assert f'choria_stream_replicator_limiter_messages_copy_forced_count{{limiter="{LIMITER}"' in text
     assert types["choria_stream_replicator_tracker_total_items"] == "gauge"
+    for state in ("healthy", "warning"):  # the fleet at a glance, at zero from the start
+        assert (
+            f'choria_stream_replicator_tracker_senders{{replicator="dc1",state="{state}",stream="REG",worker="reg"}} 0.0'
+            in text
+        )
+    assert types["choria_stream_replicator_tracker_expired_total"] == "counter"
     assert types["choria_stream_replicator_heartbeat_publish_time"] == "summary"
     assert types[f"{NS}_processing_time_seconds"] == "summary"
     assert "_created" not in text  # one series per counter
