@@ -1,4 +1,4 @@
-"""`stream-replicator admin state`: what the sampling state in a checkpoint holds.
+"""`stream-replicator admin state` and `admin fleet`: what the sampling state in a checkpoint holds.
 
 Reads the last committed state of a stream's sampling operator with Spark's state data
 source (`format("statestore")`), a batch job on the checkpoint: the replicator may be running
@@ -25,6 +25,7 @@ class TrackedSender:
     size: int
     advised: bool
     bucket: int
+    first_ms: int = 0  # 0: not known (imported, or tracked before first-seen times were kept)
 
 
 @dataclass
@@ -58,8 +59,8 @@ def read_state(cfg: Config, s: StreamConfig, master: str = "local[1]") -> StateS
         table = state.decode(bytes(blob) if blob is not None else None)
         clock = max(clock, table.clock_ms)
         senders += [
-            TrackedSender(k, seen, copied, size, warned, int(bucket))
-            for k, seen, copied, size, warned in table.rows()
+            TrackedSender(k, seen, copied, size, warned, int(bucket), first)
+            for k, seen, copied, size, warned, first in table.rows()
         ]
     senders.sort(key=lambda t: t.sender)
     return StateSummary(senders, clock, len(rows))
@@ -84,3 +85,31 @@ def format_state(s: StreamConfig, st: StateSummary, value: str | None, limit: in
         yield f"{t.sender:40s} {_when(t.seen_ms):24s} {_when(t.copied_ms):24s} {t.size:8d} {'yes' if t.advised else 'no'}"
     if len(shown) > limit:
         yield f"... {len(shown) - limit:,} more (--limit)"
+
+
+def format_fleet(s: StreamConfig, st: StateSummary, minutes: float, limit: int) -> Iterator[str]:
+    """The fleet at a glance: senders by state, and those that became new or timed out in the
+    last `minutes` of the state's event-time clock."""
+    assert s.warn_duration is not None
+    warn_ms = int(s.warn_duration.total_seconds() * 1000)
+    warning = sum(1 for t in st.senders if t.advised)
+    yield (
+        f"{s.name} ({s.stream}): {len(st.senders):,} senders: {len(st.senders) - warning:,} healthy, "
+        f"{warning:,} warning (advised timed out); event-time clock {_when(st.clock_ms)}"
+    )
+    since = st.clock_ms - int(minutes * 60_000)
+    changes = sorted(
+        [(t.first_ms, "new", t.sender, f"first seen {_when(t.first_ms)}") for t in st.senders if t.first_ms > since]
+        + [
+            (t.seen_ms + warn_ms, "timeout", t.sender, f"last seen {_when(t.seen_ms)}, timed out {_when(t.seen_ms + warn_ms)}")
+            for t in st.senders
+            if t.advised and t.seen_ms + warn_ms > since
+        ],
+        reverse=True,
+    )  # fmt: skip
+    yield f"changed in the last {minutes:g} min: {len(changes):,}"
+    for _, event, sender, detail in changes[:limit]:
+        yield f"  {event:8s} {sender:40s} {detail}"
+    if len(changes) > limit:
+        yield f"  ... {len(changes) - limit:,} more (--limit)"
+    yield "(recovered and expired senders leave no trace in the state: `admin advisories` lists them)"

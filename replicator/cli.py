@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from replicator.config import Config, ConfigError, load_config
+from replicator.config import Config, ConfigError, StreamConfig, load_config
+
+if TYPE_CHECKING:
+    from replicator.admin import StateSummary
 
 app = typer.Typer(
     add_completion=False,
@@ -40,7 +44,7 @@ def main_options(
     """Copy NATS JetStream streams between independent clusters, on Apache Spark."""
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     typer.echo(f"stream-replicator: {msg}", err=True)
     raise typer.Exit(2)
 
@@ -150,6 +154,24 @@ admin = typer.Typer(no_args_is_help=True, help="Inspect a replicator's state.")
 app.add_typer(admin, name="admin")
 
 
+def _sampling_states(cfg: Config, stream: str | None) -> Iterator[tuple[StreamConfig, StateSummary]]:
+    """Each selected sampled entry with its committed state (all sampled entries by default)."""
+    from replicator.admin import read_state
+
+    try:
+        streams = [cfg.stream_named(stream)] if stream else [s for s in cfg.streams if s.sampling]
+    except ConfigError as e:
+        _fail(str(e))
+    if not streams or not all(s.sampling for s in streams):
+        _fail("no sampling stream selected: state exists only for streams with inspect_field, "
+              "inspect_header or inspect_subject_token")  # fmt: skip
+    for s in streams:
+        try:
+            yield s, read_state(cfg, s)
+        except RuntimeError as e:
+            _fail(str(e))
+
+
 @admin.command("state")
 def admin_state(
     config: ConfigOpt,
@@ -159,23 +181,27 @@ def admin_state(
 ) -> None:
     """List the senders a sampling stream tracks (seen, copied, size, advised) and counts."""
     cfg = _load(config)
-    try:
-        streams = [cfg.stream_named(stream)] if stream else [s for s in cfg.streams if s.sampling]
-    except ConfigError as e:
-        _fail(str(e))
-        return
-    if not streams or not all(s.sampling for s in streams):
-        _fail("no sampling stream selected: state exists only for streams with inspect_field, "
-              "inspect_header or inspect_subject_token")  # fmt: skip
-    from replicator.admin import format_state, read_state
+    from replicator.admin import format_state
 
-    for s in streams:
-        try:
-            st = read_state(cfg, s)
-        except RuntimeError as e:
-            _fail(str(e))
-            return
+    for s, st in _sampling_states(cfg, stream):
         for line in format_state(s, st, value, limit):
+            typer.echo(line)
+
+
+@admin.command("fleet")
+def admin_fleet(
+    config: ConfigOpt,
+    stream: Annotated[str | None, typer.Option(help="Only this stream (its name or stream)")] = None,
+    minutes: Annotated[float, typer.Option(min=0, help="List senders that changed state this recently")] = 60,
+    limit: Annotated[int, typer.Option(min=0, help="List at most this many changes")] = 100,
+) -> None:
+    """The fleet at a glance, from the committed sampling state: senders healthy and in warning,
+    and those that became new or timed out in the last --minutes."""
+    cfg = _load(config)
+    from replicator.admin import format_fleet
+
+    for s, st in _sampling_states(cfg, stream):
+        for line in format_fleet(s, st, minutes, limit):
             typer.echo(line)
 
 
@@ -188,23 +214,9 @@ def admin_export_state(
     (<state_store>/<stream>_<name>.json), for switching a stream back to it: its senders are
     then not advised new or copied again. Stop this replicator first."""
     cfg = _load(config)
-    try:
-        streams = [cfg.stream_named(stream)] if stream else [s for s in cfg.streams if s.sampling]
-    except ConfigError as e:
-        _fail(str(e))
-        return
-    if not streams or not all(s.sampling for s in streams):
-        _fail("no sampling stream selected: state exists only for streams with inspect_field, "
-              "inspect_header or inspect_subject_token")  # fmt: skip
-    from replicator.admin import read_state
     from replicator.sampling.choria_state import ChoriaSender, choria_state_file, write_choria_state
 
-    for s in streams:
-        try:
-            st = read_state(cfg, s)
-        except RuntimeError as e:
-            _fail(str(e))
-            return
+    for s, st in _sampling_states(cfg, stream):
         path = choria_state_file(cfg.state_store, s.stream, s.name)
         write_choria_state(
             path, (ChoriaSender(t.sender, t.seen_ms, t.copied_ms, t.size, t.advised) for t in st.senders)

@@ -134,18 +134,24 @@ class SenderTable:
     size: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     warned: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     clock_ms: int = 0
+    first: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """When each sender was first seen (0: not known, e.g. imported or written before this column)."""
     index: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.index and self.keys:
             self.index = {k: i for i, k in enumerate(self.keys)}
+        if len(self.first) != len(self.seen):
+            self.first = np.zeros(len(self.seen), np.int64)
 
     def __len__(self) -> int:
         return len(self.index)
 
-    def rows(self) -> Iterable[tuple[str, int, int, int, bool]]:
+    def rows(self) -> Iterable[tuple[str, int, int, int, bool, int]]:
+        """(sender, seen, copied, size, warned, first seen) of each sender."""
         for k, i in self.index.items():
-            yield k, int(self.seen[i]), int(self.copied[i]), int(self.size[i]), bool(self.warned[i])
+            yield (k, int(self.seen[i]), int(self.copied[i]), int(self.size[i]), bool(self.warned[i]),
+                   int(self.first[i]))  # fmt: skip
 
     # --- the rules -------------------------------------------------------------------------------
     def process(
@@ -158,7 +164,7 @@ class SenderTable:
         advs: list[Advisory] = []
         index, seen, copied, size, warned = self.index, self.seen, self.copied, self.size, self.warned
         new_keys: list[str] = []
-        new_rows: list[list[int]] = []  # seen, copied, size, warned for senders added this batch
+        new_rows: list[list[int]] = []  # seen, copied, size, warned, first for senders added this batch
         removed = False
         for m in msgs:
             s = m.sender
@@ -190,7 +196,7 @@ class SenderTable:
                 advs.append(Advisory(Event.NEW, s, m.ts_ms, m.ts_ms, m.seq))
                 index[s] = len(seen) + len(new_rows)
                 new_keys.append(s)
-                new_rows.append([m.ts_ms, m.ts_ms, m.size, 0])
+                new_rows.append([m.ts_ms, m.ts_ms, m.size, 0, m.ts_ms])
                 copies.append(True)
                 continue
             if i >= len(seen):
@@ -221,14 +227,16 @@ class SenderTable:
     def _rebuild(self, new_keys: list[str], new_rows: list[list[int]]) -> None:
         """Append this batch's new senders and drop expired ones, keeping index consistent."""
         keys = self.keys + new_keys
-        extra = np.array(new_rows, dtype=np.int64).reshape(-1, 4)
+        extra = np.array(new_rows, dtype=np.int64).reshape(-1, 5)
         seen = np.concatenate([self.seen, extra[:, 0]])
         copied = np.concatenate([self.copied, extra[:, 1]])
         size = np.concatenate([self.size, extra[:, 2]])
         warned = np.concatenate([self.warned, extra[:, 3].astype(bool)])
+        first = np.concatenate([self.first, extra[:, 4]])
         live = np.array(sorted(self.index.values()), dtype=np.int64)
         self.keys = [keys[i] for i in live]
         self.seen, self.copied, self.size, self.warned = seen[live], copied[live], size[live], warned[live]
+        self.first = first[live]
         self.index = {k: i for i, k in enumerate(self.keys)}
 
     def advance(self, clock_ms: int, p: SamplingParams) -> list[Advisory]:

@@ -1,7 +1,7 @@
 """A bucket's sender table as bytes: the value kept per bucket in Spark's state store.
 
 Version 2 is an Arrow IPC stream of one record batch with named columns (sender, seen_ms,
-copied_ms, size, warned) and the bucket's event-time clock and the encoding's version in the
+copied_ms, size, warned, and first_ms, added since) and the bucket's event-time clock and the encoding's version in the
 schema's metadata. A later version may add columns: a reader fills a column a blob lacks with
 its default, and ignores columns it does not know, so checkpoints written before and after
 such a change stay readable both ways.
@@ -31,6 +31,7 @@ _COLUMNS: dict[str, tuple[pa.DataType, Any, Any]] = {
     "copied_ms": (pa.int64(), np.int64, 0),
     "size": (pa.int64(), np.int64, 0),
     "warned": (pa.bool_(), bool, False),
+    "first_ms": (pa.int64(), np.int64, 0),  # added after the first v2 releases: 0 where absent
 }
 
 
@@ -46,6 +47,7 @@ def encode(table: SenderTable) -> bytes:
             pa.array(table.copied, pa.int64()),
             pa.array(table.size, pa.int64()),
             pa.array(table.warned, pa.bool_()),
+            pa.array(table.first, pa.int64()),
         ],
         schema=pa.schema(
             [("sender", pa.string()), *((name, t) for name, (t, _, _) in _COLUMNS.items())],
@@ -88,6 +90,7 @@ def decode(blob: bytes | None) -> SenderTable:
         copied=column("copied_ms"),
         size=column("size"),
         warned=column("warned"),
+        first=column("first_ms"),
         clock_ms=int(meta.get(_CLOCK_KEY, b"0")),
     )
 

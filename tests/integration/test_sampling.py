@@ -338,3 +338,22 @@ def test_admin_state_lists_tracked_senders_from_the_checkpoint(
     assert one.returncode == 0 and len(one.stdout.splitlines()) == 3
     missing = cli("admin", "state", "--config", str(cfg), "nobody")
     assert "nobody: not tracked" in missing.stdout
+
+    # The fleet at a glance: every sender joined within the last hour of the state's clock.
+    fleet = cli("admin", "fleet", "--config", str(cfg), "--minutes", "60")
+    assert fleet.returncode == 0, fleet.stderr
+    assert (
+        "5 senders: 5 healthy, 0 warning" in fleet.stdout and "changed in the last 60 min: 5" in fleet.stdout
+    )
+    assert sorted(ln.split()[1] for ln in fleet.stdout.splitlines() if ln.startswith("  new ")) == [
+        f"n{i}" for i in range(5)
+    ]
+
+    # Back to Choria's replicator: its state file, written from ours, reads back the same senders.
+    from replicator.sampling.choria_state import choria_state_file, read_choria_state
+
+    exported = cli("admin", "export-state", "--config", str(cfg))
+    assert exported.returncode == 0 and "5 senders written" in exported.stdout, exported.stderr
+    back = {c.sender: c for c in read_choria_state(choria_state_file(tmp_path / "state", "REG", "dc1"))}
+    assert sorted(back) == sorted(rows)
+    assert all(back[name].size == int(rows[name][3]) and not back[name].advised for name in rows)

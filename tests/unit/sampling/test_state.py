@@ -35,8 +35,8 @@ def test_a_checkpoint_written_by_the_previous_encoding_is_read() -> None:
     table = state.decode(blob)
     assert table.clock_ms == 1_700_001_950_000
     rows = sorted(table.rows())
-    assert rows[0] == ("node0.example.net", 1_700_000_000_000, 1_700_000_000_000, 1000, True)
-    assert rows[4] == ("node4.example.net", 1_700_001_950_000, 1_700_000_004_000, 2000, False)
+    assert rows[0] == ("node0.example.net", 1_700_000_000_000, 1_700_000_000_000, 1000, True, 0)
+    assert rows[4] == ("node4.example.net", 1_700_001_950_000, 1_700_000_004_000, 2000, False, 0)
     # ...and it carries on: node0 expires on the clock as it would have.
     advs = table.advance(1_700_000_000_000 + 3600 * S, P)
     assert [(str(a.event), a.sender) for a in advs] == [("expire", "node0.example.net")]
@@ -74,3 +74,11 @@ def test_a_column_added_later_is_ignored_and_one_missing_gets_its_default() -> N
 def test_bytes_of_neither_encoding_are_a_clear_error() -> None:
     with pytest.raises(state.StateEncodingError, match="neither version 1 nor an Arrow stream"):
         state.decode(b"not a table")
+
+
+def test_first_seen_is_kept_and_a_table_written_before_it_reads_as_not_known() -> None:
+    table = _table()
+    assert {r[0]: r[5] for r in table.rows()}["n3"] == 3 * S  # n3's first message
+    assert [r[5] for r in state.decode(_with_columns(state.encode(table), {"first_ms": None})).rows()] == [
+        0
+    ] * len(table)
