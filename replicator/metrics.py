@@ -135,7 +135,8 @@ class Metrics:
             "timeout, recover, expire)", ("advisory", "stream", "replicator"), registry=registry,
         )  # fmt: skip
         self.advisory_errors = Counter(
-            f"{a}_publish_errors", "Advisories whose publishing failed (the batch is then retried)",
+            f"{a}_publish_errors", "Advisories of batches whose advisories failed to publish (the batch "
+            "is then retried, all of them again)",
             ("advisory", "stream", "replicator"), registry=registry,
         )  # fmt: skip
         lim = "choria_stream_replicator_limiter"

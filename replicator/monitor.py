@@ -44,10 +44,10 @@ class Readiness:
         with self._lock:
             return {k: str(v) for k, v in self._states.items()}
 
-    def set_without_streams(self) -> None:
-        """A process with nothing to replicate (heartbeats only) is ready once it runs."""
+    def set_without_streams(self, ready: bool = True) -> None:
+        """A process with nothing to replicate (heartbeats only) is ready while it runs them."""
         with self._lock:
-            self._without_streams = True
+            self._without_streams = ready
 
     def ready(self) -> bool:
         with self._lock:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -98,6 +99,9 @@ class StreamReplication:
         self._source_nc: Any = None
         self._source_direct = False  # whether the source stream allows direct gets
         self.small_batches: SmallBatchReader | None = None  # a copy's driver-side reads
+        # Choria's state file this query's first batch was seeded from (and the checkpoint's
+        # files), until that batch commits.
+        self._choria_seeded: tuple[Path, Any] | None = None
         self._start_time: datetime | None = None
         self._end_at_start = 0  # start_at_end: the sequence after the source's last at start
         self.lag: int | None = None  # last value of update_lag(), for progress reports
@@ -239,9 +243,19 @@ class StreamReplication:
     def _choria_seed(self, files: Any) -> dict[int, bytes] | None:
         """A sampled entry's first query (no committed batch) starts from the senders of
         Choria's replicator's state file for the entry, where one is: a fleet switched from it
-        sees no sender advised `new` or copied again."""
+        sees no sender advised `new` or copied again. Once in the checkpoint the file is renamed
+        (*.imported), so it never seeds a later checkpoint (a copy started again from scratch)."""
         path = choria_state_file(self.cfg.state_store, self.s.stream, self.s.name)
-        if files.names("commits") or not path.is_file():
+        if not path.is_file():
+            return None
+        if files.names("commits"):
+            self._retire_choria_state(path)  # imported by an earlier start, which died before renaming it
+            return None
+        assert self.s.inspect_duration is not None
+        age = time.time() - path.stat().st_mtime
+        if age > self.s.inspect_duration.total_seconds():
+            self.log.warning("Choria's sampler state %s is older than inspect_duration (%.0f s): every sender in "
+                             "it would have expired, so it is not imported", path, age)  # fmt: skip
             return None
         try:
             senders = read_choria_state(path)
@@ -250,7 +264,23 @@ class StreamReplication:
                 f"{e}: fix or remove the file (its senders would all be advised new)"
             ) from None
         self.log.info("starting from the %d senders of Choria's sampler state %s", len(senders), path)
+        self._choria_seeded = (path, files)
         return seed_tables(senders, self.s.sampling_buckets)
+
+    def batch_committed(self) -> None:
+        """A batch of the entry's query ended (Spark's progress event): once the checkpoint
+        holds a commit, the seed is in it."""
+        if self._choria_seeded is not None and self._choria_seeded[1].names("commits"):
+            self._retire_choria_state(self._choria_seeded[0])
+            self._choria_seeded = None
+
+    def _retire_choria_state(self, path: Path) -> None:
+        done = path.with_name(path.name + ".imported")
+        with contextlib.suppress(FileNotFoundError):
+            path.replace(done)
+            self.log.info(
+                "Choria's sampler state is in the checkpoint now: %s renamed to %s", path, done.name
+            )
 
     def sampling_params(self) -> SamplingParams:
         """The sampling rules and where advisories go: built here only (the reader's part, who a

@@ -242,6 +242,7 @@ class Runner:
         r = next((r for r in self.replications if r.query_name == progress.get("name")), None)
         if r is None or r.sink is None:
             return
+        r.batch_committed()
         steps = r.sink.labels.values()
         for step, ms in (progress.get("durationMs") or {}).items():
             metrics().batch_steps.labels(*steps, step).observe(float(ms) / 1000)
@@ -309,6 +310,8 @@ class Runner:
             e = None if f.cancelled() else f.exception()
             if e is not None:
                 log.error("heartbeats stopped: %s", _first_line(e))
+                if not self.replications:
+                    self.readiness.set_without_streams(False)  # nothing left doing its job
 
         run.add_done_callback(ended)
         self._heartbeats_run = run

@@ -73,11 +73,10 @@ def advisories_counted(metrics_url: str) -> dict[str, int]:
     with urllib.request.urlopen(metrics_url, timeout=5) as r:
         text = r.read().decode()
     return {
-        s.labels["event"]: int(s.value)
+        s.labels["advisory"]: int(s.value)
         for fam in text_string_to_metric_families(text)
-        if fam.name == "choria_stream_replicator_replicator_advisories"
+        if fam.name == "choria_stream_replicator_advisor_total_messages"  # Choria's name and label
         for s in fam.samples
-        if s.name.endswith("_total")
     }
 
 

@@ -84,3 +84,5 @@ def test_a_sampled_stream_switched_from_the_go_replicator_advises_and_copies_not
         assert ours.stop() == 0, ours.output()
     assert events(src) == advisories_by_go, "ours advised senders the Go replicator already knew"
     assert run(count(dst, "REG")) == copies_by_go, "ours copied senders the Go replicator copied a moment ago"
+    # In the checkpoint now: the file never seeds another (a copy started again from scratch).
+    assert not state_file.exists() and state_file.with_name(state_file.name + ".imported").is_file()

@@ -91,3 +91,5 @@ def test_a_process_without_streams_is_ready_once_it_runs() -> None:
     assert not r.ready()
     r.set_without_streams()  # heartbeats only
     assert r.ready()
+    r.set_without_streams(False)  # its heartbeats stopped
+    assert not r.ready()

@@ -136,8 +136,10 @@ def test_each_batchs_steps_reach_the_metrics_and_a_slow_one_is_logged() -> None:
     from replicator.metrics import MetricLabels, metrics
 
     labels = MetricLabels("STEPS", "dc1", "steps")
+    committed: list[bool] = []
     stream = SimpleNamespace(query_name="sr_STEPS_steps", sink=SimpleNamespace(labels=labels),
-                             log=logging.getLogger("steps"), small_batches=None)  # fmt: skip
+                             log=logging.getLogger("steps"), small_batches=None,
+                             batch_committed=lambda: committed.append(True))  # fmt: skip
     runner = Runner.__new__(Runner)  # the progress handling only: no Spark, no servers
     runner.replications = [stream]  # type: ignore[list-item]
 
@@ -165,4 +167,5 @@ def test_each_batchs_steps_reach_the_metrics_and_a_slow_one_is_logged() -> None:
     runner._on_batch({"name": "sr_STEPS_steps", "batchId": 9, "numInputRows": 0,
                       "durationMs": {"addBatch": 5_500, "triggerExecution": 5_600}})  # fmt: skip
     assert lines[-1] == "batch 9 took 5.6 s (addBatch 5.5 s); 12 rows"
+    assert committed == [True] * 3  # each of its batches told the entry (not the other query's)
     stream.log.removeHandler(handler)
