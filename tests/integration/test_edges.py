@@ -173,15 +173,18 @@ def test_missing_target_with_no_target_create_is_a_clear_error(
 @pytest.mark.parametrize(
     ("snippet", "message"),
     [
-        ("streams: []", "streams: List should have at least 1 item"),
+        (
+            "streams: []",
+            "streams: give one or more stream entries (or heartbeats: for a file that only sends heartbeats)",
+        ),
         ("bogus: 1", "bogus: unknown key"),
         (
             "streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', start_delta: 3x}]",
             "streams[0].start_delta: invalid duration '3x'",
         ),
         (
-            "streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', start_sequence: 5, start_at_end: true}]",
-            "only one of start_sequence, start_at_end may be set",
+            "streams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b', ephemeral: true}]",
+            "streams[0].ephemeral: true is not supported",
         ),
         (
             "streams: [{stream: S, source_url: 'nats://a:x', target_url: 'nats://b'}]",
