@@ -25,7 +25,15 @@ from replicator.options import ReaderOptions, SamplingOptions
 from replicator.sampling.extract import SenderExtractor
 from replicator.sampling.reference import reference
 from replicator.sampling.rules import Message, SamplingParams
-from replicator.spark.sampling import KIND_ADVISORY, KIND_COPY, OUTPUT_SCHEMA, STATE_SCHEMA, bucket_function
+from replicator.spark.sampling import (
+    KIND_ADVISORY,
+    KIND_COPY,
+    KIND_SKIP,
+    KIND_STATS,
+    OUTPUT_SCHEMA,
+    STATE_SCHEMA,
+    bucket_function,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -138,4 +146,6 @@ def test_spark_pipeline_decides_exactly_like_the_reference(
     )
     assert got_copied == want_copied
     assert got_advs == sorted((a.sender, a.event, a.event_ms) for a in want_advs)
-    assert sum(1 for r in rows if r.kind != KIND_ADVISORY) == len(evts)  # each message decided once
+    assert sum(1 for r in rows if r.kind in (KIND_COPY, KIND_SKIP)) == len(evts)  # each message decided once
+    # The rest: advisories, and one row a bucket and batch with its sender counts.
+    assert {r.kind for r in rows} <= {KIND_COPY, KIND_SKIP, KIND_ADVISORY, KIND_STATS}
