@@ -118,7 +118,7 @@ def wait_handled(proc: Replicator, url: str, stream: str, timeout: float = 120) 
 
 
 async def stream_last_sequence(url: str, stream: str) -> int:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))  # a cluster's URLs, comma-separated
     try:
         return int((await nc.jetstream().stream_info(stream)).state.last_seq)
     finally:
