@@ -248,7 +248,7 @@ class StreamReplication:
         path = choria_state_file(self.cfg.state_store, self.s.stream, self.s.name)
         if not path.is_file():
             return None
-        if files.names("commits"):
+        if _has_commit(files):
             self._retire_choria_state(path)  # imported by an earlier start, which died before renaming it
             return None
         assert self.s.inspect_duration is not None
@@ -270,7 +270,7 @@ class StreamReplication:
     def batch_committed(self) -> None:
         """A batch of the entry's query ended (Spark's progress event): once the checkpoint
         holds a commit, the seed is in it."""
-        if self._choria_seeded is not None and self._choria_seeded[1].names("commits"):
+        if self._choria_seeded is not None and _has_commit(self._choria_seeded[1]):
             self._retire_choria_state(self._choria_seeded[0])
             self._choria_seeded = None
 
@@ -663,3 +663,8 @@ class StreamReplication:
                 self.log.debug("stopping query: %s", e)
             stopping.unlink(missing_ok=True)
             self.query = None
+
+
+def _has_commit(files: Any) -> bool:
+    """Whether the checkpoint's commit log holds a batch (not only a file being written)."""
+    return any(name.isdigit() for name in files.names("commits"))

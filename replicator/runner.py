@@ -81,9 +81,11 @@ class Runner:
                 self.cfg.monitor_address,
                 self.cfg.monitor_port,
             )
-        self._start_heartbeats()
         if not self.replications:
+            self.readiness.set_without_streams()  # before they start: their failure must win
+            self._start_heartbeats()
             return self._heartbeats_only()
+        self._start_heartbeats()
         for r in self.replications:
             self.readiness.set(r.label, StreamState.WAITING_FOR_SOURCE)
             if not r.prepare(self.stop_event.is_set):
@@ -290,7 +292,6 @@ class Runner:
     def _heartbeats_only(self) -> int:
         """A file with heartbeats and no streams (Choria's runs it): no Spark, only heartbeats."""
         log.info("no streams configured: sending heartbeats only")
-        self.readiness.set_without_streams()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self.request_stop)
             signal.signal(signal.SIGTERM, self.request_stop)
