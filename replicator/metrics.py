@@ -77,9 +77,6 @@ class Metrics:
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(f"{_NS}_{name}", doc, LABELS, registry=registry)
 
-        def counter_of(full_name: str, doc: str) -> Counter:
-            return Counter(full_name, doc, LABELS, registry=registry)
-
         self.received_msgs = counter(
             "total_messages", "Messages read from the source, including skipped ones"
         )
@@ -123,10 +120,10 @@ class Metrics:
             "choria_stream_replicator_tracker_senders", "Tracked senders by state: healthy (seen within "
             "warn_duration), warning (advised timed out, not yet expired)", (*LABELS, "state"), registry=registry,
         )  # fmt: skip
-        self.expired = counter_of(
-            "choria_stream_replicator_tracker_expired",
-            "Senders expired (unseen for inspect_duration) and forgotten",
-        )
+        self.expired = Counter(
+            "choria_stream_replicator_tracker_expired", "Senders expired (unseen for inspect_duration) and forgotten",
+            LABELS, registry=registry,
+        )  # fmt: skip
         self.lag = gauge("stream_lag_messages", "Last source sequence minus last copied sequence")
         self.sequence = gauge("stream_sequence", "Last source sequence processed")
         a = "choria_stream_replicator_advisor"

@@ -53,11 +53,9 @@ def bucket_function(
     committed batch yet (senders imported from Choria's state: replicator.sampling.choria_state)."""
 
     def decide(key: Any, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
-        seeded = seed is not None and int(key[0]) in seed
-        if group_state.exists:
-            table = state.decode(group_state.get[0])
-        else:
-            table = state.decode(seed[int(key[0])] if seed is not None and seeded else None)
+        first = (seed or {}).get(int(key[0]))  # this bucket's seed, if any
+        seeded = first is not None
+        table = state.decode(group_state.get[0] if group_state.exists else first)
         df = pd.concat(list(frames), ignore_index=True)
         clock_ms = int(df.loc[df["seq"] < 0, "ts_ms"].max()) if (df["seq"] < 0).any() else table.clock_ms
         rows = df[df["seq"] >= 0].sort_values("seq")
