@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -73,11 +74,22 @@ def _wait_port(
 
 
 def wait_jetstream(url: str, timeout: float = 30.0, connect: dict[str, Any] | None = None) -> None:
-    """Until JetStream answers API requests (a cluster needs a meta leader first); `connect`:
-    nats-py options a server with TLS or authentication needs."""
+    """Until JetStream answers API requests (a cluster needs a meta leader first) and, for a
+    cluster, can place a stream on every server: a meta leader elected by two of three servers
+    answers before the third is a peer, and an R3 stream then fails "no suitable peers for
+    placement" (seen in CI). `connect`: nats-py options a server with TLS or authentication needs."""
     import asyncio
 
     import nats
+
+    servers = url.split(",")
+
+    async def placed_on_all(js: Any) -> None:
+        if len(servers) == 1:
+            return
+        name = f"READY_PROBE_{random.randrange(1 << 30)}"
+        await js.add_stream(name=name, storage="memory", num_replicas=min(len(servers), 5))
+        await js.delete_stream(name)
 
     async def probe() -> None:
         deadline = time.monotonic() + timeout
@@ -85,10 +97,11 @@ def wait_jetstream(url: str, timeout: float = 30.0, connect: dict[str, Any] | No
         while time.monotonic() < deadline:
             try:
                 nc = await nats.connect(
-                    url.split(","), connect_timeout=2, max_reconnect_attempts=0, **(connect or {})
+                    servers, connect_timeout=2, max_reconnect_attempts=0, **(connect or {})
                 )
                 try:
                     await nc.jetstream().account_info()
+                    await placed_on_all(nc.jetstream())
                     return
                 finally:
                     await nc.close()
@@ -148,25 +161,33 @@ class NatsServer:
                 self.proc.wait(5)
         self.proc = None
 
+    def freeze(self) -> None:
+        """The server stops running (SIGSTOP) but keeps its sockets: clients see it hang."""
+        if self.proc:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.proc:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def close(self) -> None:
+        """Stopped for good (a container is also removed)."""
+        self.stop()
+
 
 @dataclass
 class NatsCluster:
     """A set of servers; `url` lists them all, as a client of a cluster would."""
 
     servers: list[NatsServer] = field(default_factory=list)
-    containers: list[object] = field(default_factory=list)
-    urls: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
-        return ",".join(self.urls or [s.url for s in self.servers])
+        return ",".join(s.url for s in self.servers)
 
     def stop(self) -> None:
         for s in self.servers:
-            s.stop()
-        for c in self.containers:
-            with contextlib.suppress(Exception):
-                c.stop()  # type: ignore[attr-defined]
+            s.close()
 
 
 def write_server_config(
@@ -202,7 +223,7 @@ def write_server_config(
     path.write_text("\n".join(lines) + "\n")
 
 
-def start_binary_cluster(
+def start_cluster(
     size: int,
     name: str,
     base: Path,
@@ -210,12 +231,14 @@ def start_binary_cluster(
     js_domain: str = "",
     connect: dict[str, Any] | None = None,
     max_file_store: str = "8GB",
+    server_type: type[NatsServer] = NatsServer,
 ) -> NatsCluster:
-    """Started on fresh ports, again (up to 3 times) if a server cannot take one."""
+    """Started on fresh ports, again (up to 3 times) if a server cannot take one. `server_type`
+    runs each server: the binary as a child process, or in a container (harness.nats_containers)."""
     for attempt in range(3):
         try:
             where = base if attempt == 0 else base / f"retry{attempt}"
-            return _start_binary_cluster(size, name, where, extra, js_domain, connect, max_file_store)
+            return _start_cluster(size, name, where, extra, js_domain, connect, max_file_store, server_type)
         except RuntimeError as e:
             if attempt == 2 or "exited" not in str(e):
                 raise
@@ -223,14 +246,15 @@ def start_binary_cluster(
     raise AssertionError("unreachable")
 
 
-def _start_binary_cluster(
+def _start_cluster(
     size: int,
     name: str,
     base: Path,
     extra: str,
     js_domain: str,
     connect: dict[str, Any] | None,
-    max_file_store: str = "8GB",
+    max_file_store: str,
+    server_type: type[NatsServer],
 ) -> NatsCluster:
     ports = [free_port() for _ in range(size)]
     cports = [free_port() for _ in range(size)] if size > 1 else [0]
@@ -252,7 +276,7 @@ def _start_binary_cluster(
             js_domain=js_domain,
             max_file_store=max_file_store,
         )
-        srv = NatsServer(sname, ports[i], cfg, log_file=d / "server.log")
+        srv = server_type(sname, ports[i], cfg, log_file=d / "server.log")
         try:
             srv.start()
         except RuntimeError:
@@ -275,9 +299,10 @@ def local_cluster(
     js_domain: str = "",
     connect: dict[str, Any] | None = None,
     max_file_store: str = "8GB",
+    server_type: type[NatsServer] = NatsServer,
 ) -> Iterator[NatsCluster]:
     base = Path(tempfile.mkdtemp(prefix=f"nats-{name}-"))
-    cluster = start_binary_cluster(size, name, base, extra, js_domain, connect, max_file_store)
+    cluster = start_cluster(size, name, base, extra, js_domain, connect, max_file_store, server_type)
     try:
         yield cluster
     finally:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -19,7 +17,7 @@ from helpers import run
 from emulator.planlog import read_log
 from emulator.scenario import load_scenario
 from emulator.schedule import Schedule
-from harness.localnats import local_cluster
+from harness.servers import nats_cluster
 from harness.streams import count_messages, read_all
 
 pytestmark = pytest.mark.integration
@@ -99,7 +97,7 @@ def test_a_server_restart_mid_run_loses_nothing_and_keeps_the_schedule(tmp_path:
     }
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    with local_cluster(1, "restart") as c:
+    with nats_cluster(1, "restart") as c:
         summary = tmp_path / "summary.json"
         proc = subprocess.Popen(
             [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(path), "--url", c.url,
@@ -117,12 +115,9 @@ def test_a_server_restart_mid_run_loses_nothing_and_keeps_the_schedule(tmp_path:
             assert proc.poll() is None and time.monotonic() < deadline, "the emulator never got going"
             time.sleep(0.1)
         server = c.servers[0]
-        assert server.proc is not None
-        os.kill(server.proc.pid, signal.SIGSTOP)
+        server.freeze()
         time.sleep(1.0)
-        server.proc.kill()  # SIGKILL ends a stopped process too
-        server.proc.wait(10)
-        server.proc = None
+        server.kill9()  # SIGKILL ends a frozen server too
         time.sleep(0.5)
         server.start()
         _, err = proc.communicate(timeout=180)
@@ -143,7 +138,7 @@ def test_the_stream_it_creates_on_a_cluster_keeps_the_replicas_asked_for(tmp_pat
     scenario = {"name": "replicas", "seed": 1, "speedup": 600, "duration": "5m", "fleet": {"nodes": 200}}
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    with local_cluster(3, "replicas") as c:
+    with nats_cluster(3, "replicas") as c:
         proc = subprocess.run(
             [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(path), "--url", c.url,
              "--create-stream", "REGISTRATION", "--replicas", "3"],
@@ -175,7 +170,7 @@ def test_a_full_stream_ends_the_run_at_once_with_one_line_that_says_so(tmp_path:
     }
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    with local_cluster(1, "full", max_file_store="2MB") as c:
+    with nats_cluster(1, "full", max_file_store="2MB") as c:
         proc = subprocess.run(
             [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(path), "--url", c.url,
              "--create-stream", "REGISTRATION"],

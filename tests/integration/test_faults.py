@@ -23,7 +23,8 @@ from helpers import create_stream, publish, registration, run, start_replicator,
 from nats.js.api import StreamConfig
 
 from harness.faultproxy import FaultProxy
-from harness.localnats import NatsCluster, local_cluster
+from harness.localnats import NatsCluster
+from harness.servers import nats_cluster
 from harness.streams import copy_differences
 from harness.streams import count_messages as count
 
@@ -110,19 +111,19 @@ def _finish_and_check(src: str, dst: str, rep: object) -> None:
 
 @pytest.fixture
 def source() -> Iterator[NatsCluster]:
-    with local_cluster(1, "source") as c:
+    with nats_cluster(1, "source") as c:
         yield c
 
 
 @pytest.fixture
 def target() -> Iterator[NatsCluster]:
-    with local_cluster(1, "target") as c:
+    with nats_cluster(1, "target") as c:
         yield c
 
 
 @pytest.fixture
 def source_trio() -> Iterator[NatsCluster]:
-    with local_cluster(3, "dc1") as c:
+    with nats_cluster(3, "dc1") as c:
         yield c
 
 
@@ -169,7 +170,7 @@ def test_target_unreachable_for_60s_half_open_restarted_and_slow(
 
 @pytest.fixture
 def target_trio() -> Iterator[NatsCluster]:
-    with local_cluster(3, "dc2") as c:
+    with nats_cluster(3, "dc2") as c:
         yield c
 
 
@@ -293,7 +294,7 @@ def test_a_sampled_stream_through_cuts_a_half_open_link_and_restarts_copies_and_
     and every advisory exactly as the rules give them, none lost, none twice. On single
     servers, and on 3-server clusters with R3 streams, each server behind a proxy of its own
     and the server leading each stream restarted."""
-    with local_cluster(size, "source") as source, local_cluster(size, "target") as target:
+    with nats_cluster(size, "source") as source, nats_cluster(size, "target") as target:
         src, dst = source.url, target.url
         run(create_stream(src, "REG", SUBJECTS, num_replicas=size))
         run(create_stream(src, "ADV", ["choria.adv.>"], num_replicas=size))

@@ -17,7 +17,8 @@ import nats
 import pytest
 from helpers import create_stream, publish_raw, run, start_replicator, wait_for, write_config
 
-from harness.localnats import NatsCluster, local_cluster
+from harness.localnats import NatsCluster
+from harness.servers import nats_cluster
 from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import SOURCE_HEADER, parse_source_header
@@ -39,13 +40,13 @@ def max_payload_conf(mb: int) -> str:
 
 @pytest.fixture
 def big_source() -> Iterator[NatsCluster]:
-    with local_cluster(1, "source", extra=max_payload_conf(12)) as c:
+    with nats_cluster(1, "source", extra=max_payload_conf(12)) as c:
         yield c
 
 
 @pytest.fixture
 def big_target() -> Iterator[NatsCluster]:
-    with local_cluster(1, "target", extra=max_payload_conf(12)) as c:
+    with nats_cluster(1, "target", extra=max_payload_conf(12)) as c:
         yield c
 
 

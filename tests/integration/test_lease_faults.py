@@ -14,8 +14,9 @@ import nats
 import pytest
 from helpers import create_stream, run, start_replicator, wait_for, write_config
 
-from harness.localnats import NatsCluster, local_cluster
+from harness.localnats import NatsCluster
 from harness.process import ReplicatorProcess
+from harness.servers import nats_cluster
 from harness.streams import copy_differences, read_all
 from harness.streams import count_messages as count
 from replicator.headers import SOURCE_HEADER, parse_source_header
@@ -38,13 +39,13 @@ def size(request: pytest.FixtureRequest) -> int:
 
 @pytest.fixture
 def source(size: int) -> Iterator[NatsCluster]:
-    with local_cluster(size, "source") as c:
+    with nats_cluster(size, "source") as c:
         yield c
 
 
 @pytest.fixture
 def target(size: int) -> Iterator[NatsCluster]:
-    with local_cluster(size, "target") as c:
+    with nats_cluster(size, "target") as c:
         yield c
 
 
