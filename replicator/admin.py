@@ -8,7 +8,7 @@ or stopped.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from replicator.config import Config, StreamConfig
@@ -26,6 +26,7 @@ class TrackedSender:
     advised: bool
     bucket: int
     first_ms: int = 0  # 0: not known (imported, or tracked before first-seen times were kept)
+    recovered_ms: int = 0  # 0: never recovered from a timeout (or before this was kept)
 
 
 @dataclass
@@ -33,6 +34,8 @@ class StateSummary:
     senders: list[TrackedSender]
     clock_ms: int
     buckets: int
+    expired: dict[str, int] = field(default_factory=dict)
+    """Senders gone from the state in its last hour (rules.FLEET_HISTORY_MS) -> when."""
 
 
 def read_state(cfg: Config, s: StreamConfig, master: str = "local[1]") -> StateSummary:
@@ -54,16 +57,20 @@ def read_state(cfg: Config, s: StreamConfig, master: str = "local[1]") -> StateS
     finally:
         spark.stop()
     senders: list[TrackedSender] = []
+    expired: dict[str, int] = {}
     clock = 0
     for bucket, blob in rows:
         table = state.decode(bytes(blob) if blob is not None else None)
         clock = max(clock, table.clock_ms)
         senders += [
-            TrackedSender(k, seen, copied, size, warned, int(bucket), first)
-            for k, seen, copied, size, warned, first in table.rows()
+            TrackedSender(
+                r.sender, r.seen_ms, r.copied_ms, r.size, r.warned, int(bucket), r.first_ms, r.recovered_ms
+            )
+            for r in table.rows()
         ]
+        expired.update(table.expired)
     senders.sort(key=lambda t: t.sender)
-    return StateSummary(senders, clock, len(rows))
+    return StateSummary(senders, clock, len(rows), expired)
 
 
 def _when(ms: int) -> str:
@@ -88,14 +95,16 @@ def format_state(s: StreamConfig, st: StateSummary, value: str | None, limit: in
 
 
 def format_fleet(s: StreamConfig, st: StateSummary, minutes: float, limit: int) -> Iterator[str]:
-    """The fleet at a glance: senders by state, and those that became new or timed out in the
-    last `minutes` of the state's event-time clock."""
+    """The fleet at a glance: senders by state, and those that became new, timed out, recovered
+    or expired in the last `minutes` of the state's event-time clock (expiries: at most the
+    last hour's, as long as the state remembers them)."""
     assert s.warn_duration is not None
     warn_ms = int(s.warn_duration.total_seconds() * 1000)
     warning = sum(1 for t in st.senders if t.advised)
     yield (
         f"{s.name} ({s.stream}): {len(st.senders):,} senders: {len(st.senders) - warning:,} healthy, "
-        f"{warning:,} warning (advised timed out); event-time clock {_when(st.clock_ms)}"
+        f"{warning:,} warning (advised timed out), {len(st.expired):,} expired in the last hour; "
+        f"event-time clock {_when(st.clock_ms)}"
     )
     since = st.clock_ms - int(minutes * 60_000)
     changes = sorted(
@@ -104,7 +113,10 @@ def format_fleet(s: StreamConfig, st: StateSummary, minutes: float, limit: int) 
             (t.seen_ms + warn_ms, "timeout", t.sender, f"last seen {_when(t.seen_ms)}, timed out {_when(t.seen_ms + warn_ms)}")
             for t in st.senders
             if t.advised and t.seen_ms + warn_ms > since
-        ],
+        ]
+        + [(t.recovered_ms, "recover", t.sender, f"recovered {_when(t.recovered_ms)}") for t in st.senders
+           if t.recovered_ms > since]
+        + [(when, "expire", sender, f"expired {_when(when)}") for sender, when in st.expired.items() if when > since],
         reverse=True,
     )  # fmt: skip
     yield f"changed in the last {minutes:g} min: {len(changes):,}"
@@ -112,4 +124,3 @@ def format_fleet(s: StreamConfig, st: StateSummary, minutes: float, limit: int) 
         yield f"  {event:8s} {sender:40s} {detail}"
     if len(changes) > limit:
         yield f"  ... {len(changes) - limit:,} more (--limit)"
-    yield "(recovered and expired senders leave no trace in the state: `admin advisories` lists them)"

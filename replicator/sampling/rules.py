@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -124,6 +125,20 @@ def copy_interval_ms(p: SamplingParams, sender: str) -> float:
     return p.inspect_ms * (1 - 0.1 * splay(sender))
 
 
+FLEET_HISTORY_MS = 3_600_000
+"""How long a sender gone from the table is remembered (for `admin fleet` only)."""
+
+
+class SenderRow(NamedTuple):
+    sender: str
+    seen_ms: int
+    copied_ms: int
+    size: int
+    warned: bool
+    first_ms: int  # 0: not known (imported, or tracked before first-seen times were kept)
+    recovered_ms: int  # 0: never recovered from a timeout (or before this was kept)
+
+
 @dataclass
 class SenderTable:
     """One bucket's senders: numpy columns plus a name -> row index."""
@@ -136,6 +151,11 @@ class SenderTable:
     clock_ms: int = 0
     first: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     """When each sender was first seen (0: not known, e.g. imported or written before this column)."""
+    recovered: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """When each sender last recovered from a timeout (0: never, or not known)."""
+    expired: dict[str, int] = field(default_factory=dict)
+    """Senders gone from the table (expired, or forgotten late) in the last FLEET_HISTORY_MS of
+    the clock -> when: kept only so that `admin fleet` can list them."""
     index: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -143,15 +163,19 @@ class SenderTable:
             self.index = {k: i for i, k in enumerate(self.keys)}
         if len(self.first) != len(self.seen):
             self.first = np.zeros(len(self.seen), np.int64)
+        if len(self.recovered) != len(self.seen):
+            self.recovered = np.zeros(len(self.seen), np.int64)
 
     def __len__(self) -> int:
         return len(self.index)
 
-    def rows(self) -> Iterable[tuple[str, int, int, int, bool, int]]:
-        """(sender, seen, copied, size, warned, first seen) of each sender."""
+    def rows(self) -> Iterable[SenderRow]:
         for k, i in self.index.items():
-            yield (k, int(self.seen[i]), int(self.copied[i]), int(self.size[i]), bool(self.warned[i]),
-                   int(self.first[i]))  # fmt: skip
+            yield SenderRow(k, int(self.seen[i]), int(self.copied[i]), int(self.size[i]), bool(self.warned[i]),
+                            int(self.first[i]), int(self.recovered[i]))  # fmt: skip
+
+    def _gone(self, sender: str, when_ms: int) -> None:
+        self.expired[sender] = when_ms
 
     # --- the rules -------------------------------------------------------------------------------
     def process(
@@ -164,7 +188,9 @@ class SenderTable:
         advs: list[Advisory] = []
         index, seen, copied, size, warned = self.index, self.seen, self.copied, self.size, self.warned
         new_keys: list[str] = []
-        new_rows: list[list[int]] = []  # seen, copied, size, warned, first for senders added this batch
+        new_rows: list[
+            list[int]
+        ] = []  # seen, copied, size, warned, first, recovered: senders added this batch
         removed = False
         for m in msgs:
             s = m.sender
@@ -179,12 +205,14 @@ class SenderTable:
                 gap = m.ts_ms - last_seen
                 if p.drop_late and gap >= 2 * p.inspect_ms:
                     del index[s]  # forgotten unadvised: new again below
+                    self._gone(s, last_seen + 2 * p.inspect_ms)
                     removed = True
                     i = None
                 elif gap >= p.inspect_ms:
                     if not was_warned:
                         advs.append(Advisory(Event.TIMEOUT, s, last_seen + p.warn_ms, last_seen, m.seq))
                     advs.append(Advisory(Event.EXPIRE, s, last_seen + p.inspect_ms, last_seen, m.seq))
+                    self._gone(s, last_seen + p.inspect_ms)
                     del index[s]
                     removed = True
                     i = None
@@ -192,11 +220,15 @@ class SenderTable:
                     if not was_warned:
                         advs.append(Advisory(Event.TIMEOUT, s, last_seen + p.warn_ms, last_seen, m.seq))
                     advs.append(Advisory(Event.RECOVER, s, m.ts_ms, last_seen, m.seq))
+                    if row is not None:
+                        row[5] = m.ts_ms
+                    else:
+                        self.recovered[i] = m.ts_ms
             if i is None:
                 advs.append(Advisory(Event.NEW, s, m.ts_ms, m.ts_ms, m.seq))
                 index[s] = len(seen) + len(new_rows)
                 new_keys.append(s)
-                new_rows.append([m.ts_ms, m.ts_ms, m.size, 0, m.ts_ms])
+                new_rows.append([m.ts_ms, m.ts_ms, m.size, 0, m.ts_ms, 0])
                 copies.append(True)
                 continue
             if i >= len(seen):
@@ -227,21 +259,24 @@ class SenderTable:
     def _rebuild(self, new_keys: list[str], new_rows: list[list[int]]) -> None:
         """Append this batch's new senders and drop expired ones, keeping index consistent."""
         keys = self.keys + new_keys
-        extra = np.array(new_rows, dtype=np.int64).reshape(-1, 5)
+        extra = np.array(new_rows, dtype=np.int64).reshape(-1, 6)
         seen = np.concatenate([self.seen, extra[:, 0]])
         copied = np.concatenate([self.copied, extra[:, 1]])
         size = np.concatenate([self.size, extra[:, 2]])
         warned = np.concatenate([self.warned, extra[:, 3].astype(bool)])
         first = np.concatenate([self.first, extra[:, 4]])
+        recovered = np.concatenate([self.recovered, extra[:, 5]])
         live = np.array(sorted(self.index.values()), dtype=np.int64)
         self.keys = [keys[i] for i in live]
         self.seen, self.copied, self.size, self.warned = seen[live], copied[live], size[live], warned[live]
-        self.first = first[live]
+        self.first, self.recovered = first[live], recovered[live]
         self.index = {k: i for i, k in enumerate(self.keys)}
 
     def advance(self, clock_ms: int, p: SamplingParams) -> list[Advisory]:
         """Move the clock: advise timeouts and expiries that fell due up to `clock_ms`."""
         self.clock_ms = clock = max(self.clock_ms, clock_ms)
+        if self.expired:
+            self.expired = {k: t for k, t in self.expired.items() if t > clock - FLEET_HISTORY_MS}
         if not len(self.seen):
             return []
         advs: list[Advisory] = []
@@ -249,6 +284,7 @@ class SenderTable:
             late = np.flatnonzero(self.seen <= clock - 2 * p.inspect_ms)
             for i in late:
                 del self.index[self.keys[i]]  # forgotten unadvised
+                self._gone(self.keys[i], int(self.seen[i]) + 2 * p.inspect_ms)
             if len(late):
                 self._rebuild([], [])
                 if not len(self.seen):
@@ -263,6 +299,7 @@ class SenderTable:
         for i in gone:
             s, last = self.keys[i], int(self.seen[i])
             advs.append(Advisory(Event.EXPIRE, s, last + p.inspect_ms, last))
+            self._gone(s, last + p.inspect_ms)
             del self.index[s]
         if len(gone):
             self._rebuild([], [])

@@ -1,10 +1,11 @@
 """A bucket's sender table as bytes: the value kept per bucket in Spark's state store.
 
 Version 2 is an Arrow IPC stream of one record batch with named columns (sender, seen_ms,
-copied_ms, size, warned, and first_ms, added since) and the bucket's event-time clock and the encoding's version in the
-schema's metadata. A later version may add columns: a reader fills a column a blob lacks with
-its default, and ignores columns it does not know, so checkpoints written before and after
-such a change stay readable both ways.
+copied_ms, size, warned, and first_ms and recovered_ms, added since) and, in the schema's
+metadata, the bucket's event-time clock, the encoding's version and the senders that recently
+left the table (JSON: sender -> when). A later version may add columns or metadata: a reader
+fills a column a blob lacks with its default, and ignores columns and keys it does not know, so
+checkpoints written before and after such a change stay readable both ways.
 
 Version 1 (the first releases) pickled a positional tuple; it is still read, and rewritten as
 version 2 the next time its bucket changes.
@@ -12,6 +13,7 @@ version 2 the next time its bucket changes.
 
 from __future__ import annotations
 
+import json
 import pickle
 from typing import Any
 
@@ -23,6 +25,7 @@ from replicator.sampling.rules import SenderTable
 VERSION = 2
 _VERSION_KEY = b"sr.sender_table.version"
 _CLOCK_KEY = b"sr.sender_table.clock_ms"
+_EXPIRED_KEY = b"sr.sender_table.expired"
 _PICKLE_PROTOCOL_5 = b"\x80\x05"
 
 # Column name -> (Arrow type, numpy dtype, default for rows of a blob without the column).
@@ -32,6 +35,7 @@ _COLUMNS: dict[str, tuple[pa.DataType, Any, Any]] = {
     "size": (pa.int64(), np.int64, 0),
     "warned": (pa.bool_(), bool, False),
     "first_ms": (pa.int64(), np.int64, 0),  # added after the first v2 releases: 0 where absent
+    "recovered_ms": (pa.int64(), np.int64, 0),  # added with first_ms's successor release
 }
 
 
@@ -48,10 +52,15 @@ def encode(table: SenderTable) -> bytes:
             pa.array(table.size, pa.int64()),
             pa.array(table.warned, pa.bool_()),
             pa.array(table.first, pa.int64()),
+            pa.array(table.recovered, pa.int64()),
         ],
         schema=pa.schema(
             [("sender", pa.string()), *((name, t) for name, (t, _, _) in _COLUMNS.items())],
-            metadata={_VERSION_KEY: str(VERSION).encode(), _CLOCK_KEY: str(table.clock_ms).encode()},
+            metadata={
+                _VERSION_KEY: str(VERSION).encode(),
+                _CLOCK_KEY: str(table.clock_ms).encode(),
+                **({_EXPIRED_KEY: json.dumps(table.expired).encode()} if table.expired else {}),
+            },
         ),
     )
     sink = pa.BufferOutputStream()
@@ -91,6 +100,8 @@ def decode(blob: bytes | None) -> SenderTable:
         size=column("size"),
         warned=column("warned"),
         first=column("first_ms"),
+        recovered=column("recovered_ms"),
+        expired=json.loads(meta[_EXPIRED_KEY]) if _EXPIRED_KEY in meta else {},
         clock_ms=int(meta.get(_CLOCK_KEY, b"0")),
     )
 

@@ -21,11 +21,20 @@ def test_counts_by_state_and_the_senders_that_changed_state_recently() -> None:
             "quiet", NOW - 40 * MIN, NOW - 40 * MIN, 100, True, 0, NOW - 600 * MIN
         ),  # timed out 10 min ago
         TrackedSender("long-quiet", NOW - 55 * MIN, NOW - 55 * MIN, 100, True, 0, 0),  # timed out 25 min ago
+        TrackedSender("back", NOW - MIN, NOW - MIN, 100, False, 0, NOW - 600 * MIN, NOW - 15 * MIN),
     ]
-    lines = list(format_fleet(cfg.streams[0], StateSummary(senders, NOW, 32), minutes=20, limit=10))
-    assert lines[0].startswith("dc1 (REG): 4 senders: 2 healthy, 2 warning (advised timed out)")
-    assert lines[1] == "changed in the last 20 min: 2"
-    assert lines[2].split()[:2] == ["new", "joined"]  # the latest change first: 5 min ago
-    assert lines[3].split()[:2] == ["timeout", "quiet"]  # 10 min ago
-    assert "admin advisories" in lines[-1]
-    assert len(list(format_fleet(cfg.streams[0], StateSummary(senders, NOW, 32), minutes=20, limit=1))) == 5
+    expired = {"gone": NOW - 3 * MIN, "gone-long-ago": NOW - 50 * MIN}
+    summary = StateSummary(senders, NOW, 32, expired)
+    lines = list(format_fleet(cfg.streams[0], summary, minutes=20, limit=10))
+    assert lines[0].startswith(
+        "dc1 (REG): 5 senders: 3 healthy, 2 warning (advised timed out), 2 expired in the last hour"
+    )
+    assert lines[1] == "changed in the last 20 min: 4"
+    # The latest change first.
+    assert [ln.split()[:2] for ln in lines[2:]] == [
+        ["expire", "gone"],  # 3 min ago
+        ["new", "joined"],  # 5 min ago
+        ["timeout", "quiet"],  # 10 min ago
+        ["recover", "back"],  # 15 min ago
+    ]
+    assert list(format_fleet(cfg.streams[0], summary, minutes=20, limit=1))[-1] == "  ... 3 more (--limit)"

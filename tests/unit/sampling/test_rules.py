@@ -30,7 +30,7 @@ P = SamplingParams(inspect_ms=3600 * S, warn_ms=1800 * S, size_trigger=500, stre
 
 
 def run(msgs: list[Message], clock: int, p: SamplingParams = P, table: SenderTable | None = None):
-    t = table or SenderTable()
+    t = table if table is not None else SenderTable()
     copies, advs = t.process(msgs, clock, p)
     return (
         [m.seq for m, c in zip(msgs, copies, strict=True) if c],
@@ -188,3 +188,18 @@ def test_bucketed_batched_engine_equals_the_reference(evts, cuts, buckets, tail)
         start, k = end, k + 1
     assert sorted(got_copied) == want_copied
     assert sorted(map(advisory_key, got_advs)) == sorted(map(advisory_key, want_advs))
+
+
+def test_senders_gone_are_remembered_for_the_fleet_history_only() -> None:
+    from replicator.sampling.rules import FLEET_HISTORY_MS
+
+    _, _, t = run([Message(1, "a", 0, 1000), Message(2, "b", 0, 1000)], 0)
+    run([Message(3, "b", 3000 * S, 1000)], 3600 * S, table=t)  # a expires on the clock, at 3600 s
+    assert t.expired == {"a": 3600 * S}
+    run([], 3600 * S + FLEET_HISTORY_MS - 1, table=t)  # b expires at 6600 s
+    assert t.expired == {"a": 3600 * S, "b": 6600 * S}
+    run([], 3600 * S + FLEET_HISTORY_MS, table=t)  # an hour after a's expiry: a is forgotten
+    assert t.expired == {"b": 6600 * S}
+    _, _, t = run([Message(1, "c", 0, 1000)], 0)
+    run([], 2 * P.inspect_ms, dataclasses.replace(P, drop_late=True), t)  # forgotten unadvised
+    assert t.expired == {"c": 2 * P.inspect_ms}

@@ -35,8 +35,8 @@ def test_a_checkpoint_written_by_the_previous_encoding_is_read() -> None:
     table = state.decode(blob)
     assert table.clock_ms == 1_700_001_950_000
     rows = sorted(table.rows())
-    assert rows[0] == ("node0.example.net", 1_700_000_000_000, 1_700_000_000_000, 1000, True, 0)
-    assert rows[4] == ("node4.example.net", 1_700_001_950_000, 1_700_000_004_000, 2000, False, 0)
+    assert rows[0] == ("node0.example.net", 1_700_000_000_000, 1_700_000_000_000, 1000, True, 0, 0)
+    assert rows[4] == ("node4.example.net", 1_700_001_950_000, 1_700_000_004_000, 2000, False, 0, 0)
     # ...and it carries on: node0 expires on the clock as it would have.
     advs = table.advance(1_700_000_000_000 + 3600 * S, P)
     assert [(str(a.event), a.sender) for a in advs] == [("expire", "node0.example.net")]
@@ -82,3 +82,19 @@ def test_first_seen_is_kept_and_a_table_written_before_it_reads_as_not_known() -
     assert [r[5] for r in state.decode(_with_columns(state.encode(table), {"first_ms": None})).rows()] == [
         0
     ] * len(table)
+
+
+def test_recoveries_and_recent_expiries_are_kept_and_a_table_written_before_them_reads_as_none() -> None:
+    table = _table()
+    # n1 falls silent past warn (timed out), comes back (recovered); n2 stays silent (expires).
+    quiet = [Message(100 + i, f"n{i % 7}", (60 + i) * S, 1000) for i in range(7) if i not in (1, 2)]
+    table.process(quiet, 2000 * S, P)
+    table.process([Message(200, "n1", 2000 * S, 1000)], 2000 * S, P)
+    table.process([], 3650 * S, P)
+    recovered = {r.sender: r.recovered_ms for r in table.rows()}
+    assert recovered["n1"] == 2000 * S and recovered["n0"] == 0
+    assert table.expired == {"n2": 44 * S + P.inspect_ms}  # n2's last message, at 44 s
+    again = state.decode(state.encode(table))
+    assert sorted(again.rows()) == sorted(table.rows()) and again.expired == table.expired
+    before = state.decode(_with_columns(state.encode(_table()), {"recovered_ms": None}))
+    assert {r.recovered_ms for r in before.rows()} == {0} and before.expired == {}
