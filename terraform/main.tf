@@ -33,8 +33,21 @@ locals {
   addresses = { for name, h in var.hosts : name => cidrhost(module.network.subnet_cidr, h.address_index) }
 }
 
+# With more than one Spark worker or a standby (the plan's shared_storage), every worker and
+# replicator host mounts one file system for the checkpoints, state_store and in-flight record.
+module "shared_storage" {
+  source                  = "./modules/shared_storage"
+  count                   = var.shared_storage ? 1 : 0
+  name                    = "sr-${var.scenario}"
+  vpc_id                  = module.network.vpc_id
+  subnet_ids              = [module.network.subnet_id]
+  hosts_security_group_id = module.network.security_group_id
+}
+
 module "hosts" {
   source            = "./modules/hosts"
+  # Their user data mounts the shared file system: its mount targets first.
+  depends_on        = [module.shared_storage]
   name              = "sr-${var.scenario}"
   ami_id            = data.aws_ssm_parameter.ami.value
   subnet_id         = module.network.subnet_id
@@ -46,6 +59,7 @@ module "hosts" {
   scenario          = var.scenario
   hadoop_aws        = var.hadoop_aws_package
   addresses         = local.addresses
+  shared_dns        = var.shared_storage ? module.shared_storage[0].dns_name : ""
   hosts = {
     for name, h in var.hosts : name => {
       role          = h.role

@@ -70,6 +70,12 @@ variable "hadoop_aws_package" {
   default     = "org.apache.hadoop:hadoop-aws:3.5.0"
 }
 
+variable "shared_storage" {
+  description = "An EFS file system for the replicators' checkpoints and state, mounted on every Spark worker and replicator host (make scale-plan sets it when the plan has more than one Spark worker or a standby)."
+  type        = bool
+  default     = false
+}
+
 variable "hosts" {
   description = "Every host of the plan: role, instance type, address offset in the subnet, and the command its service runs ({host:NAME} stands for another host's address)."
   type = map(object({

@@ -58,6 +58,15 @@ HADOOP_VERSION = "3.5.0"
 # worker reach the same ones. EC2 hosts put s3a://<bucket>/checkpoints/<scenario> in its place,
 # the rehearsal a file:// folder of its local bucket.
 CHECKPOINTS = "{checkpoints}"
+# Where each replicator process keeps its state_store (the in-flight record, stop and lease
+# files): "state" in the host's own folder, or the shared file system when the plan has one.
+STATE = "{state}"
+# A plan with more than one Spark worker or a standby replicator puts both on a file system
+# every worker and replicator host mounts (EFS on EC2, terraform/modules/shared_storage).
+# Bytes written there per message read: Spark's offset and commit files per batch and the
+# sampling state's changelog per sender seen, with room to spare (an estimate for the price
+# table; the rehearsal prints what its shared folder took).
+SHARED_BYTES_PER_READ = 200
 SPARK_CLASS = '"$(python -c "import os, pyspark; print(os.path.dirname(pyspark.__file__))")/bin/spark-class"'
 
 
@@ -90,9 +99,12 @@ class Plan:
     """msg/s each replicator process reads."""
     prices: dict[str, float] = field(default_factory=dict)
     prices_date: str = ""
+    shared_storage: bool = False
+    """Checkpoints and state on a file system every worker and replicator host mounts."""
+    efs_usd_per_hour: float = 0.0
 
     def cost_per_hour(self) -> float:
-        return sum(self.prices[h.instance_type] for h in self.hosts)
+        return sum(self.prices[h.instance_type] for h in self.hosts) + self.efs_usd_per_hour
 
     def tfvars(self, scenario_file: str) -> dict[str, Any]:
         names = sorted(h.name for h in self.hosts)
@@ -100,6 +112,7 @@ class Plan:
             "scenario": self.scenario,
             "scenario_file": scenario_file,
             "hadoop_aws_package": f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}",
+            "shared_storage": self.shared_storage,
             "hosts": {
                 h.name: {
                     "role": h.role,
@@ -120,6 +133,8 @@ class Plan:
         for role, hs in roles.items():
             t = hs[0].instance_type
             lines.append(f"{role:<14}{len(hs):>6}  {t:<14}{self.prices[t]:>9.4f}")
+        if self.shared_storage:
+            lines.append(f"{'efs':<14}{1:>6}  {'(estimate)':<14}{self.efs_usd_per_hour:>9.4f}")
         lines.append(f"{'total':<14}{len(self.hosts):>6}  {'':<14}{self.cost_per_hour():>9.2f} $/h")
         lines.append(f"(on-demand prices of {self.prices_date}, terraform/prices.yaml)")
         lines += ["", f"{'stream':<40}{'msg/s':>10}{'mean bytes':>12}{'at the end':>12}"]
@@ -141,6 +156,15 @@ def _gb(n: float) -> str:
 def load_prices(path: Path = PRICES) -> tuple[str, dict[str, float]]:
     doc = yaml.safe_load(path.read_text())
     return str(doc["date"]), {str(k): float(v) for k, v in doc["usd_per_hour"].items()}
+
+
+def efs_usd_per_hour(reads_per_s: float, path: Path = PRICES) -> float:
+    """The shared file system's cost an hour: what the replicators write to it in an hour, paid
+    once as written and kept (stored) for that hour; reads happen only when a task or a
+    replicator restarts, and are left out."""
+    efs = yaml.safe_load(path.read_text())["efs"]
+    gb = reads_per_s * 3600 * SHARED_BYTES_PER_READ / 1e9
+    return gb * float(efs["usd_per_gb_written"]) + gb * float(efs["usd_per_gb_month"]) / 730
 
 
 def _urls(cluster: str, servers: int) -> str:
@@ -189,7 +213,7 @@ def _config_json(entries: list[dict[str, Any]], name: str, spark_master: str) ->
         "name": name,
         "monitor_port": REPLICATOR_METRICS,
         "monitor_address": "{self}",
-        "state_store": "state",
+        "state_store": f"{STATE}/{name}",
         "checkpoint_store": f"{CHECKPOINTS}/{name}",
         "spark_master": spark_master,
         "spark_conf": {
@@ -356,6 +380,7 @@ def make_plan(
         metrics = f"http://{{host:{replicator}}}:{REPLICATOR_METRICS}/metrics" if replicator else ""
         hosts += _locust_hosts(locust_users, _urls(first, clusters[first].servers), s.speedup, wall, metrics)
 
+    shared = workers > 1 or any(p.instances > 1 for p in spec.processes())
     streams = [
         StreamLoad(
             cluster, stream, r, mean.get((cluster, stream), 0.0), r * wall * mean.get((cluster, stream), 0.0)
@@ -373,6 +398,8 @@ def make_plan(
         replicators={p: r for p, r in sorted(reads.items())},
         prices=price_table,
         prices_date=price_date,
+        shared_storage=shared,
+        efs_usd_per_hour=efs_usd_per_hour(sum(reads.values())) if shared else 0.0,
     )
 
 

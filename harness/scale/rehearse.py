@@ -38,6 +38,7 @@ from harness.scale.plan import (
     REPLICATOR_METRICS,
     SPARK_MASTER,
     SPARK_WORKER,
+    STATE,
     Host,
     Plan,
     make_plan,
@@ -80,12 +81,23 @@ def host_addresses(plan: Plan) -> dict[str, str]:
     return {name: f"{LOOPBACK}{h['address_index']}" for name, h in hosts.items()}
 
 
-def render(command: str, own: str, addresses: dict[str, str], checkpoints: str) -> str:
+@dataclass(frozen=True)
+class Storage:
+    """Where the replicators keep checkpoints and state_store, as the EC2 hosts would."""
+
+    checkpoints: str  # a file:// URI
+    state: str = "state"  # in the host's own folder, or a shared one
+
+
+def render(command: str, own: str, addresses: dict[str, str], storage: Storage) -> str:
     """The command as a host runs it (terraform/templates/user_data.sh.tftpl does the same;
-    there `checkpoints` is s3a://<bucket>/checkpoints/<scenario>)."""
+    there `checkpoints` is s3a://<bucket>/checkpoints/<scenario>, or a folder of the shared
+    file system, as `state` then is)."""
     for name, ip in addresses.items():
         command = command.replace(f"{{host:{name}}}", ip)
-    return command.replace("{self}", own).replace(CHECKPOINTS, checkpoints)
+    return (
+        command.replace("{self}", own).replace(CHECKPOINTS, storage.checkpoints).replace(STATE, storage.state)
+    )
 
 
 @dataclass
@@ -100,8 +112,8 @@ class HostProcess:
     def log_path(self) -> Path:
         return self.workdir / "service.log"
 
-    def start(self, addresses: dict[str, str], checkpoints: str, env: dict[str, str]) -> None:
-        command = render(self.host.command, self.address, addresses, checkpoints)
+    def start(self, addresses: dict[str, str], storage: Storage, env: dict[str, str]) -> None:
+        command = render(self.host.command, self.address, addresses, storage)
         self._log = self.log_path.open("ab")
         log.info("%s (%s): %s", self.host.name, self.address, command[:160])
         self.proc = subprocess.Popen(
@@ -192,9 +204,14 @@ def rehearse(
     write_plan(plan, work / "plan", str(scaled))
     addresses = host_addresses(plan)
     # The checkpoints go where the S3 ones go, in the local bucket, through the same Hadoop
-    # FileSystem calls (file:// rather than s3a://).
+    # FileSystem calls (file:// rather than s3a://); with shared storage (EFS on EC2), they and
+    # state_store go to a folder every host reaches.
     bucket = work / "bucket"
-    checkpoints = (bucket / "checkpoints" / spec.scenario.name).resolve().as_uri()
+    if plan.shared_storage:
+        shared = (work / "shared" / spec.scenario.name).resolve()
+        storage = Storage((shared / "checkpoints").as_uri(), str(shared / "state"))
+    else:
+        storage = Storage((bucket / "checkpoints" / spec.scenario.name).resolve().as_uri())
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONPATH", None)  # hosts run the shipped code from their working directory
@@ -206,7 +223,7 @@ def rehearse(
         for role in START_ORDER:
             group = [p for p in ordered if p.host.role == role]
             for p in group:
-                p.start(addresses, checkpoints, env)
+                p.start(addresses, storage, env)
                 started.append(p)
             if role == "nats":
                 _wait("the NATS servers", lambda g=group: all(_listening(p.address, NATS_CLIENT) for p in g),

@@ -36,6 +36,7 @@ resource "aws_instance" "host" {
     scenario   = var.scenario
     hadoop_aws = var.hadoop_aws
     addresses  = var.addresses
+    shared_dns = var.shared_dns
   })
 
   tags = {

@@ -62,3 +62,9 @@ variable "hosts" {
     command       = string
   }))
 }
+
+variable "shared_dns" {
+  description = "NFS address of the shared file system every Spark worker and replicator host mounts at /mnt/sr-shared (empty: none; checkpoints go to the bucket through s3a)."
+  type        = string
+  default     = ""
+}

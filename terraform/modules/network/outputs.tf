@@ -12,3 +12,8 @@ output "security_group_id" {
   description = "The group every host is in."
   value       = aws_security_group.hosts.id
 }
+
+output "vpc_id" {
+  description = "The test's VPC."
+  value       = aws_vpc.this.id
+}

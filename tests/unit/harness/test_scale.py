@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness.scale.plan import HADOOP_VERSION, make_plan
-from harness.scale.rehearse import LOOPBACK, host_addresses, render, scaled_scenario
+from harness.scale.rehearse import LOOPBACK, Storage, host_addresses, render, scaled_scenario
 from harness.scale.report import ReportError, build_report, fetch
 from harness.scenario.runner import quiet_second
 from harness.scenario.spec import load_spec
@@ -42,8 +42,11 @@ def test_a_rehearsal_host_gets_the_address_ec2_would_give_it_on_loopback() -> No
     assert addresses == {n: f"{LOOPBACK}{h['address_index']}" for n, h in tfvars.items()}
     assert len(set(addresses.values())) == len(addresses)
     replicator = next(h for h in plan.hosts if h.role == "replicator")
-    command = render(replicator.command, addresses[replicator.name], addresses, "file:///b/checkpoints/s")
+    command = render(
+        replicator.command, addresses[replicator.name], addresses, Storage("file:///b/checkpoints/s")
+    )
     assert "{" + "host:" not in command and "{self}" not in command and "{checkpoints}" not in command
+    assert "{state}" not in command and '"state_store":"state/' in command
     assert f"spark://{addresses['spark-master']}:7077" in command
     assert f'"monitor_address":"{addresses[replicator.name]}"' in command
     # Every instance of a replicator process and every Spark worker reach the same checkpoints.
@@ -104,3 +107,27 @@ def test_the_report_refuses_what_is_not_a_finished_run_in_one_line(tmp_path: Pat
     (hosts / "checker" / "check.json").write_text(json.dumps({"hops": []}))
     with pytest.raises(ReportError, match="no emulator-"):
         build_report(hosts, tmp_path / "out")
+
+
+def test_a_plan_with_a_standby_keeps_checkpoints_and_state_on_shared_storage_and_prices_it(
+    tmp_path: Path,
+) -> None:
+    data = yaml.safe_load(SCALE[0].read_text())
+    alone = make_plan(load_spec(SCALE[0]))
+    assert not alone.shared_storage and alone.tfvars("x.yaml")["shared_storage"] is False
+    data["replicator"]["instances"] = 2
+    (tmp_path / "standby.yaml").write_text(yaml.safe_dump(data))
+    plan = make_plan(load_spec(tmp_path / "standby.yaml"))
+    assert plan.shared_storage and plan.tfvars("x.yaml")["shared_storage"] is True
+    assert plan.efs_usd_per_hour > 0
+    assert plan.cost_per_hour() == pytest.approx(
+        sum(plan.prices[h.instance_type] for h in plan.hosts) + plan.efs_usd_per_hour
+    )
+    assert any(line.startswith("efs ") for line in plan.table().splitlines())
+    addresses = host_addresses(plan)
+    shared = Storage("file:///shared/checkpoints", "/shared/state")
+    leader, standby = (
+        render(h.command, addresses[h.name], addresses, shared) for h in plan.hosts if h.role == "replicator"
+    )
+    for key in ('"state_store":"/shared/state/', '"checkpoint_store":"file:///shared/checkpoints/'):
+        assert leader.split(key)[1].split('"')[0] == standby.split(key)[1].split('"')[0]  # the same folder
