@@ -88,8 +88,11 @@ def wait_jetstream(url: str, timeout: float = 30.0, connect: dict[str, Any] | No
         if len(servers) == 1:
             return
         name = f"READY_PROBE_{random.randrange(1 << 30)}"
-        await js.add_stream(name=name, storage="memory", num_replicas=min(len(servers), 5))
-        await js.delete_stream(name)
+        try:
+            await js.add_stream(name=name, storage="memory", num_replicas=min(len(servers), 5))
+        finally:
+            with contextlib.suppress(Exception):  # not made, or made though the answer was lost
+                await js.delete_stream(name)
 
     async def probe() -> None:
         deadline = time.monotonic() + timeout
@@ -186,8 +189,15 @@ class NatsCluster:
         return ",".join(s.url for s in self.servers)
 
     def stop(self) -> None:
+        """Every server closed, even when closing one fails (the first failure is raised after)."""
+        failed: BaseException | None = None
         for s in self.servers:
-            s.close()
+            try:
+                s.close()
+            except Exception as e:
+                failed = failed or e
+        if failed is not None:
+            raise failed
 
 
 def write_server_config(
@@ -279,13 +289,13 @@ def _start_cluster(
         srv = server_type(sname, ports[i], cfg, log_file=d / "server.log")
         try:
             srv.start()
-        except RuntimeError:
+        except BaseException:
             cluster.stop()
             raise
         cluster.servers.append(srv)
     try:
         wait_jetstream(cluster.url, connect=connect)
-    except Exception:
+    except BaseException:
         cluster.stop()
         raise
     return cluster

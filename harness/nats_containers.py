@@ -77,7 +77,8 @@ class _HostNetworkNats(NatsContainer):
         super().__init__(image=image, jetstream=False)
         self.ports = {}
         self.host, self.port = host, port
-        self.with_kwargs(network_mode="host")
+        # As this user: the server's files in its directory stay this user's to remove.
+        self.with_kwargs(network_mode="host", user=f"{os.getuid()}:{os.getgid()}")
         directory = str(config_file.parent)
         self.with_volume_mapping(directory, directory, mode="rw")
         self.with_command(f"-c {config_file}")
@@ -112,34 +113,49 @@ class ContainerNatsServer(NatsServer):
             self.container = _HostNetworkNats(nats_image(), self.config_file, self.host, self.port)
             try:
                 self.container.start()
-            except RuntimeError:
+            except BaseException:
                 self.close()
                 raise
-        else:
-            self.container.get_wrapped_container().start()
-            self.container._healthcheck()
+            return
+        if self._status() != "exited":
+            # As the binary would: a second server on the same port does not start.
+            raise RuntimeError(f"nats-server {self.name} is still {self._status()}: stop or kill9 it first")
+        self.container.get_wrapped_container().start()
+        self.container._healthcheck()
+
+    def _status(self) -> str:
+        assert self.container is not None
+        wrapped = self.container.get_wrapped_container()
+        wrapped.reload()
+        return str(wrapped.status)
+
+    def _running(self) -> bool:
+        return self.container is not None and self._status() in ("running", "paused")
 
     def stop(self) -> None:
-        if self.container is not None:
+        if self._running():
+            assert self.container is not None
             # As the binary path: SIGTERM, then SIGKILL after 10 s.
             self.container.get_wrapped_container().stop(timeout=10)
 
     def kill9(self) -> None:
-        if self.container is not None:
+        if self._running():
+            assert self.container is not None
             self.container.get_wrapped_container().kill("SIGKILL")
 
     def freeze(self) -> None:
-        if self.container is not None:
+        if self.container is not None and self._status() == "running":
             self.container.get_wrapped_container().pause()
 
     def thaw(self) -> None:
-        if self.container is not None:
+        if self.container is not None and self._status() == "paused":
             self.container.get_wrapped_container().unpause()
 
     def close(self) -> None:
         if self.container is not None:
             if self.log_file is not None:
-                self.log_file.write_bytes(self.container.get_wrapped_container().logs())
+                with contextlib.suppress(Exception):  # its log is a help, not a must
+                    self.log_file.write_bytes(self.container.get_wrapped_container().logs())
             self.container.stop()  # removes it
             self.container = None
 

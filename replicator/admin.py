@@ -101,9 +101,11 @@ def format_fleet(s: StreamConfig, st: StateSummary, minutes: float, limit: int) 
     assert s.warn_duration is not None
     warn_ms = int(s.warn_duration.total_seconds() * 1000)
     warning = sum(1 for t in st.senders if t.advised)
+    tracked = {t.sender for t in st.senders}
+    gone = sum(1 for sender in st.expired if sender not in tracked)  # some came back since
     yield (
         f"{s.name} ({s.stream}): {len(st.senders):,} senders: {len(st.senders) - warning:,} healthy, "
-        f"{warning:,} warning (advised timed out), {len(st.expired):,} expired in the last hour; "
+        f"{warning:,} warning (advised timed out), {gone:,} expired in the last hour; "
         f"event-time clock {_when(st.clock_ms)}"
     )
     since = st.clock_ms - int(minutes * 60_000)

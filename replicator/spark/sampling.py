@@ -67,7 +67,8 @@ def bucket_function(
         ]
         copies, advs = table.process(msgs, clock_ms, p)
         # A seeded bucket keeps its state even when empty: removed, the seed would apply again.
-        if len(table) or seeded:
+        # One whose senders all left keeps it for the hour it remembers them (`admin fleet`).
+        if len(table) or seeded or table.expired:
             group_state.update((state.encode(table),))
         elif group_state.exists:
             group_state.remove()

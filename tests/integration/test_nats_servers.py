@@ -57,6 +57,16 @@ async def r3_stream_everywhere(cluster: NatsCluster) -> list[str]:
         await nc.close()
 
 
+async def r1_stream(cluster: NatsCluster) -> None:
+    nc = await nats.connect(cluster.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="PROOF", subjects=["proof"])
+        await js.publish("proof", b"kept")
+    finally:
+        await nc.close()
+
+
 async def stored(cluster: NatsCluster) -> int:
     nc = await nats.connect(cluster.url.split(","))
     try:
@@ -88,14 +98,23 @@ def test_a_container_cluster_runs_each_server_in_its_own_container(container_tri
     names = asyncio.run(r3_stream_everywhere(container_trio))
     assert names == sorted(s.name for s in container_trio.servers)
 
-    # A server killed and started again is the same container with its store: the stream's
-    # message is still there on the restarted server's side of the cluster.
     server = container_trio.servers[0]
     before = server.container_pid()
     server.kill9()
     server.start()
     assert listener_pid(server.port) == server.container_pid() != before
     assert asyncio.run(stored(container_trio)) == 1
+
+
+def test_a_container_server_killed_and_started_again_finds_its_store(container_trio: NatsCluster) -> None:
+    """Alone (no other replica could answer for it): the store is on the host, not in the container."""
+    with nats_cluster(1, "alone", backend="container") as alone:
+        asyncio.run(r1_stream(alone))
+        alone.servers[0].kill9()
+        alone.servers[0].start()
+        assert asyncio.run(stored(alone)) == 1
+        with pytest.raises(RuntimeError, match="still running"):
+            alone.servers[0].start()  # as a second binary on its port would not start
 
 
 def test_the_binary_cluster_is_this_venvs_nats_server_as_child_processes() -> None:

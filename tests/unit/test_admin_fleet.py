@@ -23,10 +23,11 @@ def test_counts_by_state_and_the_senders_that_changed_state_recently() -> None:
         TrackedSender("long-quiet", NOW - 55 * MIN, NOW - 55 * MIN, 100, True, 0, 0),  # timed out 25 min ago
         TrackedSender("back", NOW - MIN, NOW - MIN, 100, False, 0, NOW - 600 * MIN, NOW - 15 * MIN),
     ]
-    expired = {"gone": NOW - 3 * MIN, "gone-long-ago": NOW - 50 * MIN}
+    expired = {"gone": NOW - 3 * MIN, "gone-long-ago": NOW - 50 * MIN, "back": NOW - 40 * MIN}
     summary = StateSummary(senders, NOW, 32, expired)
     lines = list(format_fleet(cfg.streams[0], summary, minutes=20, limit=10))
     assert lines[0].startswith(
+        # "back" expired 40 min ago and is tracked again: not counted as gone.
         "dc1 (REG): 5 senders: 3 healthy, 2 warning (advised timed out), 2 expired in the last hour"
     )
     assert lines[1] == "changed in the last 20 min: 4"
