@@ -182,7 +182,8 @@ def scale_rehearse(
     locust_users: Annotated[int, typer.Option(min=0, help="Locust users, as in scale plan")] = 0,
 ) -> None:
     """Run a scenario's EC2 plan on this machine, scaled down: each host's own command on a
-    loopback address of its own; then the report, as make scale-report makes it."""
+    host of its own (a network namespace, as root; else a loopback address); then the report,
+    as make scale-report makes it."""
     from emulator.scenario import ScenarioError
     from harness.scale.rehearse import RehearsalError, rehearse
     from harness.scale.report import ReportError

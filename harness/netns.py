@@ -85,6 +85,16 @@ class Host:
             self.fast()
 
 
+def _setns(path: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {path}")
+    finally:
+        os.close(fd)
+
+
 class Lab:
     """Namespaces named `<prefix>-<host>`, and `<prefix>-switch` holding a bridge per network.
     `networks`: network name -> its /24 prefix ("10.231.1")."""
@@ -101,6 +111,7 @@ class Lab:
         self.switch = f"{prefix}-switch"
         self.hosts: dict[str, Host] = {}
         self._ports: dict[tuple[str, str], str] = {}
+        self._home: int | None = None  # the network the caller left by enter()
         self.close()  # what a run that was killed left behind
         _ip("netns", "add", self.switch)
         _in(self.switch, "ip", "link", "set", "lo", "up")
@@ -146,19 +157,20 @@ class Lab:
 
     def enter(self, host: Host) -> None:
         """Move the calling thread (and every thread and process it starts afterwards) into
-        `host`'s network: call it from the main thread before any other starts."""
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(f"/var/run/netns/{host.netns}", os.O_RDONLY)
-        try:
-            if libc.setns(fd, _CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), f"setns into {host.netns}")
-        finally:
-            os.close(fd)
+        `host`'s network: call it from the main thread before any other starts. close()
+        moves it back."""
+        if self._home is None:
+            self._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        _setns(f"/var/run/netns/{host.netns}")
 
     def close(self) -> None:
         """Every namespace of this prefix deleted, and whatever still runs in one killed (a run
         cut short can leave its servers behind), except the closer: a campaign runs in its control
         host's namespace."""
+        if self._home is not None:
+            _setns(f"/proc/self/fd/{self._home}")
+            os.close(self._home)
+            self._home = None
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         for line in listed.splitlines():
             netns = line.split()[0] if line.strip() else ""

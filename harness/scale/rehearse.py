@@ -3,9 +3,11 @@
 The scenario is scaled down (its fleet's node count and its duration; nothing else changes),
 planned as for EC2 (harness/scale/plan.py), and every host of the plan runs its very command
 here: in a folder of its own (its working directory, as /var/lib/stream-replicator is on EC2,
-with the scenario file and the code the bucket ships), on a loopback address of its own
-(127.0.77.N, where EC2 gives 10.x.y.N), with `{host:NAME}` and `{self}` put in as the EC2 hosts
-do, and `{checkpoints}` a file:// folder of a local bucket where EC2 has s3a://<bucket>/checkpoints.
+with the scenario file and the code the bucket ships), on a host of its own: a network
+namespace (harness.netns) with the address EC2 would give it in a subnet of its own
+(10.77.0.N), or, where namespaces cannot be made (not root), a loopback address (127.0.77.N).
+`{host:NAME}` and `{self}` are put in as the EC2 hosts do, and `{checkpoints}` is a file://
+folder of a local bucket where EC2 has s3a://<bucket>/checkpoints.
 Each host's `reports/` is then copied into that bucket, laid out as the S3 one, and the report
 is made from it exactly as `make scale-report` makes an EC2 run's.
 
@@ -25,12 +27,13 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
+from harness.netns import Lab, LabUnavailable
 from harness.process import readiness
 from harness.scale.plan import (
     CHECKPOINTS,
@@ -53,6 +56,8 @@ log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.77."
+SUBNET = "10.77.0"  # the namespace hosts' network (harness.netns): a bridge of this run's own
+CONTROL_ADDRESS = 254  # the rehearsal itself, on that network: it waits on the hosts' ports
 # What the bucket ships to every host beside the wheel (terraform/main.tf, "code/").
 SHIPPED_CODE = ("harness", "loadtests")
 # Roles in the order they start here; within a role, hosts in name order.
@@ -75,10 +80,28 @@ def scaled_scenario(path: Path, nodes: int, duration_s: float) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def host_addresses(plan: Plan) -> dict[str, str]:
-    """Each host's loopback address: the last byte is its offset in the EC2 subnet."""
+def host_addresses(plan: Plan, network: str = LOOPBACK.rstrip(".")) -> dict[str, str]:
+    """Each host's address on `network` (a /24): the last byte is its offset in the EC2 subnet."""
     hosts = plan.tfvars("scenario.yaml")["hosts"]
-    return {name: f"{LOOPBACK}{h['address_index']}" for name, h in hosts.items()}
+    return {name: f"{network}.{h['address_index']}" for name, h in hosts.items()}
+
+
+def namespace_hosts(plan: Plan) -> Lab | None:
+    """A network namespace per host of the plan, and one for the rehearsal itself (entered:
+    what it starts runs there too), on a network of their own; None where they cannot be made."""
+    try:
+        lab = Lab(f"sr{os.getpid() % 100000}", {"ec2": SUBNET})
+    except LabUnavailable as e:
+        log.warning("hosts on loopback addresses, not namespaces: %s", e)
+        return None
+    try:
+        for name, address in host_addresses(plan, SUBNET).items():
+            lab.add_host(name, ["ec2"], int(address.rsplit(".", 1)[1]))
+        lab.enter(lab.add_host("rehearsal", ["ec2"], CONTROL_ADDRESS))
+    except BaseException:
+        lab.close()
+        raise
+    return lab
 
 
 @dataclass(frozen=True)
@@ -105,6 +128,8 @@ class HostProcess:
     host: Host
     address: str
     workdir: Path
+    prefix: list[str] = field(default_factory=list)
+    """Runs the command on its host: `ip netns exec NS` (exec'd in place: the pid is the command's)."""
     proc: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = None
 
@@ -117,7 +142,7 @@ class HostProcess:
         self._log = self.log_path.open("ab")
         log.info("%s (%s): %s", self.host.name, self.address, command[:160])
         self.proc = subprocess.Popen(
-            ["bash", "-c", command],
+            [*self.prefix, "bash", "-c", command],
             cwd=self.workdir,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -202,7 +227,16 @@ def rehearse(
     spec: ScenarioSpec = load_spec(scaled)
     plan = make_plan(spec, locust_users=locust_users)
     write_plan(plan, work / "plan", str(scaled))
-    addresses = host_addresses(plan)
+    lab = namespace_hosts(plan)
+    try:
+        return _rehearse(spec, plan, text, work, lab)
+    finally:
+        if lab is not None:
+            lab.close()
+
+
+def _rehearse(spec: ScenarioSpec, plan: Plan, text: str, work: Path, lab: Lab | None) -> tuple[Report, Path]:
+    addresses = host_addresses(plan, SUBNET if lab else LOOPBACK.rstrip("."))
     # The checkpoints go where the S3 ones go, in the local bucket, through the same Hadoop
     # FileSystem calls (file:// rather than s3a://); with shared storage (EFS on EC2), they and
     # state_store go to a folder every host reaches.
@@ -215,7 +249,12 @@ def rehearse(
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONPATH", None)  # hosts run the shipped code from their working directory
-    procs = {h.name: HostProcess(h, addresses[h.name], _host_dir(work, h, text)) for h in plan.hosts}
+    procs = {
+        h.name: HostProcess(
+            h, addresses[h.name], _host_dir(work, h, text), lab.hosts[h.name].command([]) if lab else []
+        )
+        for h in plan.hosts
+    }
     ordered = sorted(procs.values(), key=lambda p: (START_ORDER.index(p.host.role), p.host.name))
     started: list[HostProcess] = []
     s = spec.scenario

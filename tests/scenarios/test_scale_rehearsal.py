@@ -1,6 +1,6 @@
 """The EC2 scale test's rehearsal: the million-node plan, scaled down, every host's own command
-run on a loopback address of its own (NATS clusters, a Spark standalone master and worker, the
-replicator on them, the emulators, the checker), and the report made from the local bucket as
+run on a host of its own, a network namespace (NATS clusters, a Spark standalone master and
+worker, the replicator on them, the emulators, the checker), and the report made from the local bucket as
 `make scale-report` makes an EC2 run's."""
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ def test_the_million_node_plan_rehearsed_small_passes_its_ground_truth(tmp_path:
     assert "scenario million-realtime: PASS" in done.stdout
 
     hosts = sorted(p.name for p in (work / "hosts").iterdir())
+    # Each host was a network namespace with the address EC2 would give it (10.77.0.N here).
+    replicator = next(p for p in (work / "hosts").iterdir() if p.name.startswith("replicator-"))
+    assert '"monitor_address":"10.77.0.' in (replicator / "sr.yaml").read_text()
     plan = json.loads((work / "plan" / "hosts.json").read_text())
     assert hosts == sorted(h["name"] for h in plan)  # every host of the plan ran
     assert len([h for h in hosts if h.startswith("emulator-")]) == 4

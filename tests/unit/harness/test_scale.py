@@ -11,7 +11,15 @@ import pytest
 import yaml
 
 from harness.scale.plan import HADOOP_VERSION, make_plan
-from harness.scale.rehearse import LOOPBACK, Storage, host_addresses, render, scaled_scenario
+from harness.scale.rehearse import (
+    CONTROL_ADDRESS,
+    LOOPBACK,
+    SUBNET,
+    Storage,
+    host_addresses,
+    render,
+    scaled_scenario,
+)
 from harness.scale.report import ReportError, build_report, fetch
 from harness.scenario.runner import quiet_second
 from harness.scenario.spec import load_spec
@@ -41,6 +49,8 @@ def test_a_rehearsal_host_gets_the_address_ec2_would_give_it_on_loopback() -> No
     tfvars = plan.tfvars("x.yaml")["hosts"]
     assert addresses == {n: f"{LOOPBACK}{h['address_index']}" for n, h in tfvars.items()}
     assert len(set(addresses.values())) == len(addresses)
+    assert host_addresses(plan, SUBNET) == {n: f"{SUBNET}.{h['address_index']}" for n, h in tfvars.items()}
+    assert CONTROL_ADDRESS not in {h["address_index"] for h in tfvars.values()}
     replicator = next(h for h in plan.hosts if h.role == "replicator")
     command = render(
         replicator.command, addresses[replicator.name], addresses, Storage("file:///b/checkpoints/s")
