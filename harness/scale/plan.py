@@ -207,7 +207,16 @@ def _copied_fraction(h: HopSpec, interval: float) -> float:
     return min(1.0, interval / h.inspect_duration)
 
 
-def _config_json(entries: list[dict[str, Any]], name: str, spark_master: str) -> str:
+# With several workers, the driver gives a silent executor up after 30 s (checked every 5 s)
+# rather than Spark's 120 s (checked every 60 s), and runs its tasks on another worker.
+SEVERAL_WORKERS_CONF = {
+    "spark.network.timeout": "30s",
+    "spark.network.timeoutInterval": "5s",
+    "spark.executor.heartbeatInterval": "5s",
+}
+
+
+def _config_json(entries: list[dict[str, Any]], name: str, spark_master: str, workers: int = 1) -> str:
     """The replicator's config as one JSON line (JSON is YAML), safe inside single quotes."""
     cfg = {
         "name": name,
@@ -220,6 +229,7 @@ def _config_json(entries: list[dict[str, Any]], name: str, spark_master: str) ->
             "spark.driver.host": "{self}",
             "spark.driver.port": str(SPARK_DRIVER),
             "spark.blockManager.port": str(SPARK_BLOCKS),
+            **(SEVERAL_WORKERS_CONF if workers > 1 else {}),
         },
         "streams": entries,
     }
@@ -347,7 +357,7 @@ def make_plan(
             f"--port {SPARK_MASTER} --webui-port 8080",
         )
     )
-    workers = max(1, math.ceil(sum(reads.values()) / SPARK_WORKER_MSGS))
+    workers = max(1, spec.topology.spark_workers, math.ceil(sum(reads.values()) / SPARK_WORKER_MSGS))
     hosts += [
         Host(
             f"spark-worker-{i}",
@@ -366,7 +376,7 @@ def make_plan(
                         s.speedup, candidate)
                 for h in p.streams
             ]  # fmt: skip
-            config = _config_json(entries, p.name, master)
+            config = _config_json(entries, p.name, master, workers)
             command = f"printf '%s' '{config}' > sr.yaml && exec stream-replicator run --config sr.yaml"
             hosts.append(
                 Host(f"replicator-{p.name}-{i}", "replicator", INSTANCE_TYPES["replicator"], command)

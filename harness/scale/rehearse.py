@@ -19,6 +19,7 @@ batch) so a small machine is not asked to start every JVM at once.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -35,6 +36,7 @@ import yaml
 
 from harness.netns import Lab, LabUnavailable
 from harness.process import readiness
+from harness.scale.host_faults import FAULTS_FILE, HostFaults, fault_times
 from harness.scale.plan import (
     CHECKPOINTS,
     NATS_CLIENT,
@@ -131,6 +133,8 @@ class HostProcess:
     prefix: list[str] = field(default_factory=list)
     """Runs the command on its host: `ip netns exec NS` (exec'd in place: the pid is the command's)."""
     proc: subprocess.Popen[bytes] | None = None
+    killed: bool = False
+    """Killed by the rehearsal (its host died): its exit is expected."""
     _log: IO[bytes] | None = None
 
     @property
@@ -182,7 +186,7 @@ def _wait(what: str, ok: Any, hosts: list[HostProcess], limit_s: float) -> None:
     while not ok():
         for h in hosts:
             rc = h.exited()
-            if rc is not None and rc != 0:
+            if rc is not None and rc != 0 and not h.killed:
                 raise RehearsalError(
                     f"{h.host.name}: its command exited with {rc} while waiting for {what}; "
                     f"see {h.log_path}: {h.tail()}"
@@ -257,6 +261,7 @@ def _rehearse(spec: ScenarioSpec, plan: Plan, text: str, work: Path, lab: Lab | 
     }
     ordered = sorted(procs.values(), key=lambda p: (START_ORDER.index(p.host.role), p.host.name))
     started: list[HostProcess] = []
+    faults: HostFaults | None = None
     s = spec.scenario
     try:
         for role in START_ORDER:
@@ -288,6 +293,18 @@ def _rehearse(spec: ScenarioSpec, plan: Plan, text: str, work: Path, lab: Lab | 
                     for pr in spec.processes()
                 }
                 warm_up([h for pr in spec.processes() for h in hop_refs(spec, pr, {}, metrics[pr.name])])
+        times = fault_times(plan, spec)
+        if lab is not None and (times.worker_cut_at is not None or times.leader_kill_at is not None):
+            first = spec.processes()[0]
+            replicators = {
+                f"replicator-{first.name}-{i}": addresses[f"replicator-{first.name}-{i}"]
+                for i in range(first.instances)
+            }
+            key = f"{first.streams[0].stream}/{first.streams[0].name}"
+            faults = HostFaults(
+                lab, times, replicators, key, lambda name: setattr(procs[name], "killed", True)
+            )
+            faults.start()
         checker = procs["checker"]
         limit = s.duration / s.speedup + 900
         _wait("the checker's end", lambda: checker.exited() is not None, started, limit)
@@ -296,10 +313,15 @@ def _rehearse(spec: ScenarioSpec, plan: Plan, text: str, work: Path, lab: Lab | 
                 f"checker: exited with {checker.exited()}; see {checker.log_path}: {checker.tail()}"
             )
     finally:
+        fault_report = faults.finish() if faults is not None else None
         for p in reversed(started):
             p.stop()
     for name, p in procs.items():
         # What each host's sr-reports timer does: its reports/ into the bucket, under its name.
         shutil.copytree(p.workdir / "reports", bucket / "reports" / s.name / name, dirs_exist_ok=True)
+    if fault_report is not None:
+        faults_file = bucket / "reports" / s.name / FAULTS_FILE
+        faults_file.parent.mkdir(parents=True, exist_ok=True)
+        faults_file.write_text(json.dumps(fault_report.as_dict(), indent=2) + "\n")
     report = build_report(bucket / "reports" / s.name, work / "report")
     return report, bucket

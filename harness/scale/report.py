@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.scale.check import CHECK_FILE
+from harness.scale.host_faults import FAULTS_FILE, FaultReport, add_fault_checks
 from harness.scenario.runner import HopObservation, Observation, evaluate, hop_refs, plot
 from harness.scenario.spec import load_spec
 from harness.scenario.truth import AdvKey, Report, Truth
@@ -90,6 +91,9 @@ def build_report(hosts_dir: Path, out_dir: Path) -> Report:
     )
     report = evaluate(spec, obs)
     report.figures["emulator_hosts"] = len(emulated)
+    faults = hosts_dir / FAULTS_FILE
+    if faults.is_file():  # the rehearsal's cut worker and killed leader
+        add_fault_checks(report, FaultReport(**json.loads(faults.read_text())))
     if doc.get("advisories_until") is not None:
         # A real-time run ends before its senders expire: the advisories due until then.
         report.figures["advisories_until"] = time.strftime(

@@ -54,6 +54,8 @@ class Topology(_Strict):
     max_file_store: StoreSize = "8GB"
     """JetStream file storage of each server of the one-hop form (local runs)."""
     clusters: dict[str, ClusterSpec] | None = None
+    spark_workers: int = Field(default=0, ge=0, le=16)
+    """The scale test's Spark workers: at least this many (0: as many as its load needs)."""
 
 
 class Outage(_Strict):

@@ -21,7 +21,7 @@ def test_the_million_node_plan_rehearsed_small_passes_its_ground_truth(tmp_path:
     work = tmp_path / "rehearsal"
     done = subprocess.run(
         [sys.executable, "-m", "harness", "scale", "rehearse", "scenarios/scale/million-realtime.yaml",
-         "--nodes", "600", "--duration", "60", "--work", str(work)],
+         "--nodes", "600", "--duration", "90", "--work", str(work)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -47,9 +47,17 @@ def test_the_million_node_plan_rehearsed_small_passes_its_ground_truth(tmp_path:
     assert published > 0 and figures["published"] == figures["read"] == figures["copied"] == published
     assert figures["advisories"] == published
     assert (work / "report" / "million-realtime.png").stat().st_size > 5000
-    # The replicator's checkpoint (the senders' state written by the Spark worker's executor
-    # included) is in the bucket, where EC2 keeps it on S3, not on the replicator host.
-    checkpoints = work / "bucket" / "checkpoints" / "million-realtime"
+    # Two Spark workers and a standby: the checkpoint (the senders' state written by the
+    # workers' executors included) and state_store are on the shared folder standing in for
+    # EFS, not on a replicator host.
+    checkpoints = work / "shared" / "million-realtime" / "checkpoints"
     states = [p for p in checkpoints.rglob("state") if (p.parent / "offsets").is_dir()]
     assert len(states) == 1 and any(states[0].rglob("*.zip"))  # RocksDB's snapshots
     assert not list((work / "hosts").rglob("checkpoint"))
+    # A worker's host was cut off longer than Spark waits for its executor, and the leader's
+    # host was killed: the report's checks above passed with them, and the standby took over.
+    faults = figures["host_faults"]
+    assert faults["worker"] == "spark-worker-1" and faults["worker_cut_s"] >= 45
+    assert faults["leader"] != faults["new_leader"] and faults["takeover_s"] > 0
+    names = [c["name"] for c in report["checks"]]
+    assert "leader's host killed, standby took over" in names and "spark-worker-1 cut off and back" in names

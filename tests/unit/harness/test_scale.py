@@ -141,3 +141,14 @@ def test_a_plan_with_a_standby_keeps_checkpoints_and_state_on_shared_storage_and
     )
     for key in ('"state_store":"/shared/state/', '"checkpoint_store":"file:///shared/checkpoints/'):
         assert leader.split(key)[1].split('"')[0] == standby.split(key)[1].split('"')[0]  # the same folder
+
+
+def test_the_rehearsal_cuts_the_second_worker_then_kills_the_leader_once_the_worker_is_back() -> None:
+    from harness.scale.host_faults import WORKER_CUT_S, fault_times
+
+    spec = load_spec(ROOT / "scenarios" / "scale" / "million-realtime.yaml")  # two workers, a standby
+    plan = make_plan(spec)
+    t = fault_times(plan, spec)
+    assert t.worker == "spark-worker-1" and t.worker_cut_at is not None and t.leader_kill_at is not None
+    assert t.leader_kill_at >= t.worker_cut_at + WORKER_CUT_S + 10
+    assert '"spark.network.timeout":"30s"' in next(h.command for h in plan.hosts if h.role == "replicator")
