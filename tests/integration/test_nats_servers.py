@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,9 +69,17 @@ async def r1_stream(cluster: NatsCluster) -> None:
 
 
 async def stored(cluster: NatsCluster) -> int:
+    """The stream's messages, once it answers: after a server's kill -9 its group may first
+    elect a new leader."""
     nc = await nats.connect(cluster.url.split(","))
     try:
-        return (await nc.jetstream().stream_info("PROOF")).state.messages
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return (await nc.jetstream().stream_info("PROOF")).state.messages
+            except nats.errors.TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
     finally:
         await nc.close()
 

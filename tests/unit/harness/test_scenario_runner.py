@@ -24,7 +24,7 @@ from harness.scenario.spec import ScenarioSpec, load_spec
 from harness.scenario.truth import Truth
 
 ROOT = Path(__file__).resolve().parents[3]
-SMOKE = ROOT / "scenarios" / "smoke-steady-10k.yaml"  # one sampled hop, 150x, inspect 1h, warn 30m
+SMOKE = ROOT / "scenarios" / "smoke-steady-5k.yaml"  # one sampled hop, 150x, inspect 1h, warn 30m
 TREE = ROOT / "scenarios" / "tiered-tree.yaml"  # two hops deep, several processes
 
 
