@@ -32,6 +32,9 @@ PRICES = ROOT / "terraform" / "prices.yaml"
 # sampled 100,000-node fleet at 6,712 msg/s on 2 cores with its executors beside it.
 EMULATOR_MSGS_PER_HOST = 5_000.0
 SPARK_WORKER_MSGS = 5_000.0
+# The cores each Spark worker offers: its instance type's vCPUs (r6i.xlarge), written into its
+# command so the rehearsal's workers offer the same and the replicators' shares below add up.
+WORKER_CORES = 4
 # Locust users (each a node publishing once per fleet interval / speedup) per locust worker
 # host: one locust process drives one core, and a publish waits for its JetStream ack.
 LOCUST_USERS_PER_WORKER = 2_000
@@ -216,7 +219,20 @@ SEVERAL_WORKERS_CONF = {
 }
 
 
-def _config_json(entries: list[dict[str, Any]], name: str, spark_master: str, workers: int = 1) -> str:
+def _core_share(workers: int, instances: int) -> dict[str, str]:
+    """Each instance of a leader-elected process is a Spark application of its own for as long
+    as it runs, a standby included (it is warm to take over): without a share the first to
+    start would hold every core and the next could never run a task. Each gets an executor on
+    every worker with its share of the worker's cores."""
+    if instances <= 1:
+        return {}
+    per_worker = max(1, WORKER_CORES // instances)
+    return {"spark.executor.cores": str(per_worker), "spark.cores.max": str(per_worker * workers)}
+
+
+def _config_json(
+    entries: list[dict[str, Any]], name: str, spark_master: str, workers: int = 1, instances: int = 1
+) -> str:
     """The replicator's config as one JSON line (JSON is YAML), safe inside single quotes."""
     cfg = {
         "name": name,
@@ -230,6 +246,7 @@ def _config_json(entries: list[dict[str, Any]], name: str, spark_master: str, wo
             "spark.driver.port": str(SPARK_DRIVER),
             "spark.blockManager.port": str(SPARK_BLOCKS),
             **(SEVERAL_WORKERS_CONF if workers > 1 else {}),
+            **_core_share(workers, instances),
         },
         "streams": entries,
     }
@@ -364,7 +381,7 @@ def make_plan(
             "spark-worker",
             INSTANCE_TYPES["spark-worker"],
             f"SPARK_LOCAL_IP={{self}} exec {SPARK_CLASS} org.apache.spark.deploy.worker.Worker {master} "
-            f"--host {{self}} --port {SPARK_WORKER} --webui-port 8081 --work-dir work",
+            f"--host {{self}} --port {SPARK_WORKER} --webui-port 8081 --cores {WORKER_CORES} --work-dir work",
         )
         for i in range(workers)
     ]
@@ -376,7 +393,7 @@ def make_plan(
                         s.speedup, candidate)
                 for h in p.streams
             ]  # fmt: skip
-            config = _config_json(entries, p.name, master, workers)
+            config = _config_json(entries, p.name, master, workers, p.instances)
             command = f"printf '%s' '{config}' > sr.yaml && exec stream-replicator run --config sr.yaml"
             hosts.append(
                 Host(f"replicator-{p.name}-{i}", "replicator", INSTANCE_TYPES["replicator"], command)

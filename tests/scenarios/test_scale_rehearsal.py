@@ -59,5 +59,7 @@ def test_the_million_node_plan_rehearsed_small_passes_its_ground_truth(tmp_path:
     faults = figures["host_faults"]
     assert faults["worker"] == "spark-worker-1" and faults["worker_cut_s"] >= 45
     assert faults["leader"] != faults["new_leader"] and faults["takeover_s"] > 0
+    # Spark gave the cut worker's executor up (and ran its tasks on the other worker).
+    assert "Lost executor" in (work / "hosts" / faults["leader"] / "service.log").read_text()
     names = [c["name"] for c in report["checks"]]
     assert "leader's host killed, standby took over" in names and "spark-worker-1 cut off and back" in names
