@@ -86,9 +86,13 @@ def server(name: str, work: Path, lab: Lab | None) -> Iterator[NatsCluster]:
 
 def make_hosts() -> Lab:
     lab = Lab(f"lanes{os.getpid() % 100000}", {"lan": "10.78.0"})
-    for name, number in HOSTS.items():
-        lab.add_host(name, ["lan"], number)
-    lab.enter(lab.hosts["bench"])  # the bench fills and counts from a host of its own
+    try:
+        for name, number in HOSTS.items():
+            lab.add_host(name, ["lan"], number)
+        lab.enter(lab.hosts["bench"])  # the bench fills and counts from a host of its own
+    except BaseException:
+        lab.close()
+        raise
     return lab
 
 

@@ -113,11 +113,15 @@ class Lab:
         self._ports: dict[tuple[str, str], str] = {}
         self._home: int | None = None  # the network the caller left by enter()
         self.close()  # what a run that was killed left behind
-        _ip("netns", "add", self.switch)
-        _in(self.switch, "ip", "link", "set", "lo", "up")
-        for network in networks:
-            _ip("-n", self.switch, "link", "add", f"br-{network}", "type", "bridge")
-            _ip("-n", self.switch, "link", "set", f"br-{network}", "up")
+        try:
+            _ip("netns", "add", self.switch)
+            _in(self.switch, "ip", "link", "set", "lo", "up")
+            for network in networks:
+                _ip("-n", self.switch, "link", "add", f"br-{network}", "type", "bridge")
+                _ip("-n", self.switch, "link", "set", f"br-{network}", "up")
+        except BaseException:
+            self.close()
+            raise
 
     def port(self, host: Host, network: str) -> str:
         return self._ports[(host.name, network)]

@@ -66,6 +66,8 @@ class FaultReport:
     worker: str = ""
     worker_cut_at_s: float | None = None
     worker_cut_s: float | None = None
+    executor_lost: bool | None = None
+    """Whether the leading driver's log says Spark gave the cut worker's executor up."""
     leader: str = ""
     leader_killed_at_s: float | None = None
     takeover_s: float | None = None
@@ -104,10 +106,11 @@ class HostFaults(threading.Thread):
         replicators: dict[str, str],
         entry_key: str,
         on_kill: Any,
+        log_of: Any,
     ) -> None:
         super().__init__(name="host-faults", daemon=True)
         self.lab, self.times, self.replicators, self.key = lab, times, replicators, entry_key
-        self.on_kill = on_kill
+        self.on_kill, self.log_of = on_kill, log_of
         self.report = FaultReport(times.worker_cut_at is not None, times.leader_kill_at is not None)
         self.start_at = time.monotonic()
         self._halt = threading.Event()
@@ -128,22 +131,30 @@ class HostFaults(threading.Thread):
             if not self._sleep_until(t.worker_cut_at):
                 return
             host = self.lab.hosts[t.worker]
+            leader = self._leader()
             log.info("host faults: %s cut off for %.0fs", t.worker, WORKER_CUT_S)
             host.cut("ec2")
             r.worker, r.worker_cut_at_s = t.worker, round(time.monotonic() - self.start_at, 1)
             self._halt.wait(WORKER_CUT_S)
             host.restore("ec2")
             r.worker_cut_s = round(time.monotonic() - self.start_at - r.worker_cut_at_s, 1)
-            log.info("host faults: %s back after %.1fs", t.worker, r.worker_cut_s)
+            address = self.lab.hosts[t.worker].address()
+            text = self.log_of(leader) if leader is not None else ""
+            r.executor_lost = any("Lost executor" in ln and address in ln for ln in text.splitlines())
+            log.info("host faults: %s back after %.1fs; %s lost its executor there: %s",
+                     t.worker, r.worker_cut_s, leader, r.executor_lost)  # fmt: skip
         if t.leader_kill_at is not None:
             if not self._sleep_until(t.leader_kill_at):
                 return
-            leaders = [n for n, a in self.replicators.items() if _state(a, self.key) == "replicating"]
-            if len(leaders) != 1:
-                r.problems.append(f"not one leader of {self.key} to kill: {leaders}")
+            leader = self._leader()
+            if leader is None:
+                r.problems.append(f"no one leader of {self.key} to kill within 30 s")
                 return
-            r.leader = leaders[0]
+            r.leader = leader
             self.on_kill(r.leader)
+            # As a host that dies: silence first (no connection is closed, so its peers find out
+            # by their timeouts and the election's TTL), then nothing runs there any more.
+            self.lab.hosts[r.leader].cut("ec2")
             killed = kill_host(self.lab, r.leader)
             killed_at = time.monotonic()
             r.leader_killed_at_s = round(killed_at - self.start_at, 1)
@@ -158,6 +169,19 @@ class HostFaults(threading.Thread):
                 if time.monotonic() - killed_at > 300:
                     r.problems.append(f"no instance took {self.key} over within 300 s of {r.leader}'s death")
                     return
+
+    def _leader(self) -> str | None:
+        """The one instance that reports the entry `replicating` (asked for up to 30 s: a
+        leader may be busy or between batches)."""
+        deadline = time.monotonic() + 30
+        while not self._halt.is_set():
+            leaders = [n for n, a in self.replicators.items() if _state(a, self.key) == "replicating"]
+            if len(leaders) == 1:
+                return leaders[0]
+            if time.monotonic() > deadline:
+                return None
+            self._halt.wait(0.5)
+        return None
 
     def finish(self) -> FaultReport:
         """Stopped where it is (a cut host restored); what it did."""
@@ -176,6 +200,10 @@ def add_fault_checks(report: Report, faults: FaultReport) -> None:
         report.checks.append(Check(
             f"{faults.worker or 'a Spark worker'} cut off and back", f"{WORKER_CUT_S:.0f}s", f"{faults.worker_cut_s}s",
             faults.worker_cut_s is not None and faults.worker_cut_s >= WORKER_CUT_S,
+        ))  # fmt: skip
+        report.checks.append(Check(
+            "the leader's executor there lost and replaced", "lost", "lost" if faults.executor_lost else "not lost",
+            bool(faults.executor_lost), "the leading driver's log: TaskSchedulerImpl: Lost executor ... on <worker>",
         ))  # fmt: skip
     if faults.leader_kill_planned:
         report.checks.append(Check(

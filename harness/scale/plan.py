@@ -219,19 +219,19 @@ SEVERAL_WORKERS_CONF = {
 }
 
 
-def _core_share(workers: int, instances: int) -> dict[str, str]:
-    """Each instance of a leader-elected process is a Spark application of its own for as long
-    as it runs, a standby included (it is warm to take over): without a share the first to
-    start would hold every core and the next could never run a task. Each gets an executor on
-    every worker with its share of the worker's cores."""
-    if instances <= 1:
+def _core_share(workers: int, applications: int) -> dict[str, str]:
+    """Every replicator process on the cluster is a Spark application of its own for as long as
+    it runs, a warm standby included: without a share the first to register would hold every
+    core and the others could never run a task. `applications`: all of them, every process's
+    instances; each gets an executor on every worker with its share of the worker's cores."""
+    if applications <= 1:
         return {}
-    per_worker = max(1, WORKER_CORES // instances)
+    per_worker = max(1, WORKER_CORES // applications)
     return {"spark.executor.cores": str(per_worker), "spark.cores.max": str(per_worker * workers)}
 
 
 def _config_json(
-    entries: list[dict[str, Any]], name: str, spark_master: str, workers: int = 1, instances: int = 1
+    entries: list[dict[str, Any]], name: str, spark_master: str, workers: int = 1, applications: int = 1
 ) -> str:
     """The replicator's config as one JSON line (JSON is YAML), safe inside single quotes."""
     cfg = {
@@ -246,7 +246,7 @@ def _config_json(
             "spark.driver.port": str(SPARK_DRIVER),
             "spark.blockManager.port": str(SPARK_BLOCKS),
             **(SEVERAL_WORKERS_CONF if workers > 1 else {}),
-            **_core_share(workers, instances),
+            **_core_share(workers, applications),
         },
         "streams": entries,
     }
@@ -374,7 +374,16 @@ def make_plan(
             f"--port {SPARK_MASTER} --webui-port 8080",
         )
     )
-    workers = max(1, spec.topology.spark_workers, math.ceil(sum(reads.values()) / SPARK_WORKER_MSGS))
+    # Each application gets 1/applications of every worker (_core_share): the busiest process's
+    # leader must still have a worker's worth of its reads.
+    applications = sum(p.instances for p in spec.processes())
+    busiest = max(reads.values(), default=0.0)
+    workers = max(
+        1,
+        spec.topology.spark_workers,
+        math.ceil(sum(reads.values()) / SPARK_WORKER_MSGS),
+        math.ceil(busiest * applications / SPARK_WORKER_MSGS) if applications > 1 else 0,
+    )
     hosts += [
         Host(
             f"spark-worker-{i}",
@@ -393,7 +402,7 @@ def make_plan(
                         s.speedup, candidate)
                 for h in p.streams
             ]  # fmt: skip
-            config = _config_json(entries, p.name, master, workers, p.instances)
+            config = _config_json(entries, p.name, master, workers, applications)
             command = f"printf '%s' '{config}' > sr.yaml && exec stream-replicator run --config sr.yaml"
             hosts.append(
                 Host(f"replicator-{p.name}-{i}", "replicator", INSTANCE_TYPES["replicator"], command)

@@ -79,6 +79,18 @@ resource "aws_vpc_security_group_ingress_rule" "members" {
   description                  = "${each.key} between the test's hosts"
 }
 
+# Every executor's block manager (shuffle blocks) starts at spark_blocks and takes the next port
+# when it is taken (spark.port.maxRetries, 16): a worker runs an executor of each replicator
+# instance, a standby's included.
+resource "aws_vpc_security_group_ingress_rule" "spark_blocks_range" {
+  security_group_id            = aws_security_group.hosts.id
+  referenced_security_group_id = aws_security_group.hosts.id
+  ip_protocol                  = "tcp"
+  from_port                    = 7081
+  to_port                      = 7096
+  description                  = "Spark block managers after the first, between the test's hosts"
+}
+
 resource "aws_vpc_security_group_ingress_rule" "ssh" {
   security_group_id = aws_security_group.hosts.id
   cidr_ipv4         = var.ssh_cidr

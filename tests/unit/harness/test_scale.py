@@ -152,3 +152,27 @@ def test_the_rehearsal_cuts_the_second_worker_then_kills_the_leader_once_the_wor
     assert t.worker == "spark-worker-1" and t.worker_cut_at is not None and t.leader_kill_at is not None
     assert t.leader_kill_at >= t.worker_cut_at + WORKER_CUT_S + 10
     assert '"spark.network.timeout":"30s"' in next(h.command for h in plan.hosts if h.role == "replicator")
+
+
+def test_every_replicator_application_gets_its_share_of_each_worker() -> None:
+    """A warm standby or a second process is an application too: shares over all of them, or
+    the first to register holds every core and the others never run a task."""
+    import re
+
+    from harness.scale.plan import WORKER_CORES
+
+    for name in ("tiered-tree.yaml", "scale/million-realtime.yaml"):
+        spec = load_spec(ROOT / "scenarios" / name)
+        plan = make_plan(spec)
+        workers = sum(1 for h in plan.hosts if h.role == "spark-worker")
+        apps = [h for h in plan.hosts if h.role == "replicator"]
+        assert len(apps) == sum(p.instances for p in spec.processes()) > 1
+        for h in apps:
+            (cores,) = re.findall(r'"spark.executor.cores":"(\d+)"', h.command)
+            (most,) = re.findall(r'"spark.cores.max":"(\d+)"', h.command)
+            assert int(most) == int(cores) * workers
+        assert (
+            sum(int(re.findall(r'"spark.executor.cores":"(\d+)"', h.command)[0]) for h in apps)
+            <= WORKER_CORES
+        )
+        assert f"--cores {WORKER_CORES}" in next(h.command for h in plan.hosts if h.role == "spark-worker")
