@@ -42,6 +42,7 @@ module "shared_storage" {
   vpc_id                  = module.network.vpc_id
   subnet_ids              = [module.network.subnet_id]
   hosts_security_group_id = module.network.security_group_id
+  kms_key_arn             = module.reports_bucket.kms_key_arn
 }
 
 module "hosts" {

@@ -7,3 +7,8 @@ output "instance_profile" {
   description = "The instance profile every host runs with."
   value       = aws_iam_instance_profile.hosts.name
 }
+
+output "kms_key_arn" {
+  description = "The test's KMS key: the bucket's, and the shared file system's."
+  value       = aws_kms_key.reports.arn
+}

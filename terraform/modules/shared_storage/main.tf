@@ -5,29 +5,11 @@
 # checkpoints, but its connector is fetched at boot and has never run on the machines this
 # project is tested on; NFS needs nothing but the kernel's client.)
 
-resource "aws_kms_key" "shared" {
-  description             = "${var.name} shared state"
-  deletion_window_in_days = 7
-  enable_key_rotation     = true
-  policy = jsonencode({
-    Version = "2012-10-17"
-    Statement = [{
-      Sid       = "AccountAdministers"
-      Effect    = "Allow"
-      Principal = { AWS = "arn:aws:iam::${data.aws_caller_identity.current.account_id}:root" }
-      Action    = "kms:*"
-      Resource  = "*"
-    }]
-  })
-}
-
-data "aws_caller_identity" "current" {}
-
 resource "aws_efs_file_system" "shared" {
   #checkov:skip=CKV2_AWS_18:The state of a scale test lives for hours and is rebuilt by running it again; a backup plan would outlive it
   creation_token   = "${var.name}-shared"
   encrypted        = true
-  kms_key_id       = aws_kms_key.shared.arn
+  kms_key_id       = var.kms_key_arn
   performance_mode = "generalPurpose"
   # Billed per GB moved, with no provisioning: the test writes in bursts at each batch.
   throughput_mode = "elastic"

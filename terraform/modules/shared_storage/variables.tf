@@ -17,3 +17,8 @@ variable "hosts_security_group_id" {
   description = "The group every host is in: the only one NFS is open to."
   type        = string
 }
+
+variable "kms_key_arn" {
+  description = "The test's KMS key (the reports bucket's): the file system is encrypted with it."
+  type        = string
+}
