@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,15 +60,18 @@ def nats_server_binary() -> str:
     return found
 
 
-def _wait_port(
-    host: str, port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None
+def wait_port(
+    host: str, port: int, timeout: float = 20.0, exited: Callable[[], int | None] | None = None
 ) -> None:
+    """Until something listens on host:port; `exited` tells the server's exit code once it has
+    exited (a process's poll, a container's state), which ends the wait with that error."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
             return
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"nats-server on {host}:{port} exited ({proc.returncode}) before listening")
+        code = exited() if exited is not None else None
+        if code is not None:
+            raise RuntimeError(f"nats-server on {host}:{port} exited ({code}) before listening")
         time.sleep(0.05)
     raise RuntimeError(f"nats-server on {host}:{port} did not start within {timeout}s")
 
@@ -141,7 +144,7 @@ class NatsServer:
             )
         try:
             # A restarted server recovers its JetStream store before it listens: slow on a busy host.
-            _wait_port(self.host, self.port, timeout=60.0, proc=self.proc)
+            wait_port(self.host, self.port, timeout=60.0, exited=self.proc.poll)
         except RuntimeError as e:
             self.stop()
             tail = self.log_file.read_text(errors="replace")[-1500:]

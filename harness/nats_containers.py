@@ -15,15 +15,13 @@ import functools
 import hashlib
 import io
 import os
-import socket
 import subprocess
 import tarfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.localnats import NatsServer, nats_server_binary
+from harness.localnats import NatsServer, nats_server_binary, wait_port
 
 # Ryuk, testcontainers' reaper, is an image from a registry these machines cannot reach; the
 # servers are removed by NatsCluster.stop, and by the engine's own stop in CI.
@@ -84,21 +82,17 @@ class _HostNetworkNats(NatsContainer):
         self.with_command(f"-c {config_file}")
 
     def _healthcheck(self) -> None:
-        deadline = time.monotonic() + 60  # a restarted server first recovers its store
         wrapped = self.get_wrapped_container()
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), 0.5):
-                return
+
+        def exited() -> int | None:
             wrapped.reload()
-            if wrapped.status == "exited":
-                code = wrapped.attrs["State"]["ExitCode"]
-                tail = wrapped.logs().decode(errors="replace")[-1500:]
-                raise RuntimeError(f"nats-server in container {wrapped.short_id} exited ({code}) "
-                                   f"before listening on {self.port}; its log:\n{tail}")  # fmt: skip
-            time.sleep(0.05)
-        raise RuntimeError(
-            f"nats-server in container {wrapped.short_id} did not listen on {self.port} in 60 s"
-        )
+            return int(wrapped.attrs["State"]["ExitCode"]) if wrapped.status == "exited" else None
+
+        try:  # a restarted server first recovers its store
+            wait_port(self.host, self.port, timeout=60.0, exited=exited)
+        except RuntimeError as e:
+            tail = wrapped.logs().decode(errors="replace")[-1500:]
+            raise RuntimeError(f"{e} (container {wrapped.short_id}); its log:\n{tail}") from None
 
 
 @dataclass
