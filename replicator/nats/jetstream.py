@@ -171,6 +171,8 @@ class TargetLimits:
     max_payload: int
     subjects: tuple[str, ...]  # empty: not known (a stream with no subjects listens on its name)
     replicas: int = 1  # the stream's: more than one, a clustered stream
+    # The stream takes fast-ingest batches (allow_batched, nats-server 2.14+): replicator.nats.publisher.
+    batched: bool = False
 
     def size_limit(self) -> tuple[int, str]:
         """The smaller limit on a message's size (headers included), and what sets it."""
@@ -185,7 +187,21 @@ async def target_limits(nc: ReplicatorClient, stream: str) -> TargetLimits:
     size = cfg.max_msg_size if cfg is not None and cfg.max_msg_size and cfg.max_msg_size > 0 else None
     subjects = tuple(cfg.subjects or ()) if cfg is not None else ()
     replicas = int(cfg.num_replicas or 1) if cfg is not None else 1
-    return TargetLimits(size, nc.max_payload, subjects, replicas)
+    batched = bool(cfg is not None and cfg.allow_batched)
+    return TargetLimits(size, nc.max_payload, subjects, replicas, batched)
+
+
+# The first nats-server release that takes fast-ingest batches (a stream's allow_batched).
+FAST_BATCH_SERVER = (2, 14)
+
+
+def takes_fast_batches(nc: Client) -> bool:
+    """Whether the server `nc` is connected to is new enough for fast-ingest batches."""
+    try:
+        v = nc.connected_server_version
+        return (v.major, v.minor) >= FAST_BATCH_SERVER
+    except Exception:  # no version in its INFO: an unknown server, taken as too old
+        return False
 
 
 async def last_message(nc: ReplicatorClient, info: StreamInfo) -> RawMessage | None:
@@ -200,9 +216,12 @@ async def last_message(nc: ReplicatorClient, info: StreamInfo) -> RawMessage | N
     return None
 
 
-def target_stream_config(source: StreamConfig, name: str, prefix: str, remove: str) -> StreamConfig:
+def target_stream_config(
+    source: StreamConfig, name: str, prefix: str, remove: str, batched: bool = False
+) -> StreamConfig:
     """The target's configuration derived from the source's: same limits and storage, subjects
-    rewritten like the messages, no mirror/sources, direct get on (the replicator reads its tail)."""
+    rewritten like the messages, no mirror/sources, direct get on (the replicator reads its tail)
+    and, where the server takes them (`batched`), fast-ingest batches (the copies' way in)."""
     subjects = [rewrite_subject(s, prefix, remove) for s in (source.subjects or [])]
     return StreamConfig(
         name=name,
@@ -223,6 +242,7 @@ def target_stream_config(source: StreamConfig, name: str, prefix: str, remove: s
         deny_delete=source.deny_delete,
         deny_purge=source.deny_purge,
         compression=source.compression,
+        allow_batched=True if batched else None,
     )
 
 
@@ -237,7 +257,7 @@ async def ensure_target_stream(
             f"target stream {name} does not exist and no_target_create is set: create it on the target "
             "cluster or unset no_target_create"
         )
-    cfg = target_stream_config(source_info.config, name, prefix, remove)
+    cfg = target_stream_config(source_info.config, name, prefix, remove, takes_fast_batches(target))
     js = target.jetstream()
 
     async def add(cfg: StreamConfig) -> StreamInfo:

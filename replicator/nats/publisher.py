@@ -15,6 +15,13 @@ copy before it in the batch. The target then builds and sends one ack where it b
 which cost it 1.3 of 7 µs per message (`python -m bench.ack_cost`), and the driver reads one. A
 failed ack says only that something at or before it was not stored, so the outcome is then not
 `exact`: the caller finds where the copies end from the target's tail.
+
+With `fast_batch` one call is one NATS fast-ingest batch (nats-server 2.14+, a target stream with
+`allow_batched`; ADR-50): each message's reply subject carries the batch's id, its place in it
+and whether it ends it, and the server acks every so many messages of its own accord. In gap
+mode "fail" an ack vouches for every message before it, and the first message refused or lost
+ends the batch: nothing after it is stored, so the outcome stays `exact` with sparse acks, on a
+clustered target too, where a chain by sequence alone cannot vouch (replicator.spark.sink).
 """
 
 from __future__ import annotations
@@ -60,9 +67,17 @@ class PublishOutcome:
         return min(self.failures, key=lambda r: r.index) if self.failures else None
 
 
+# The most messages a fast batch's server may let go between two acks (it starts there, and
+# lowers it while other fast batches write to the same stream).
+FAST_BATCH_FLOW = 500
+FAST_BATCH_SUFFIX = ".$FI"
+_FAST_START, _FAST_APPEND, _FAST_COMMIT = 0, 1, 2
+
+
 class _Batch:
     def __init__(self, stream: str, max_pending: int, generation: str, sparse: bool) -> None:
         self.generation = generation
+        self.stream = stream
         self.stream_marker = f'"stream":"{stream}"'.encode()
         self.max_pending = max_pending
         self.sparse = sparse
@@ -105,6 +120,55 @@ class _Batch:
         if self.all_sent and self.acked == self.sent:
             self.all_acked.set()
 
+    def on_fast_reply(self, index: int, data: bytes) -> None:
+        """A fast batch's reply to its message `index`: a flow ack (every message up to the one it
+        names is stored), a gap or an error (the batch ends before that message), or the PubAck
+        that ends the batch (its count: how many of its first messages are stored)."""
+        o = self.outcome
+        if self.all_acked.is_set():
+            return  # the batch has ended; later messages are refused as of an unknown batch
+        if data.startswith(b'{"type":"ack"'):
+            self._fast_stored(int(json.loads(data)["seq"]))
+            return
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            o.failures.append(Refusal(index, data[:200].decode(errors="replace")))
+            return
+        kind = reply.get("type")
+        if kind == "gap":  # messages from last_seq on did not reach the stream (1-based)
+            o.failures.append(Refusal(int(reply["last_seq"]) - 1, "lost on the way to the target"))
+        elif kind == "err" or "error" in reply:
+            err = reply.get("error") or {}
+            where = int(reply["seq"]) - 1 if kind == "err" else index
+            o.failures.append(
+                Refusal(
+                    where, f"{err.get('description', err)} (code {err.get('err_code')})", err.get("err_code")
+                )
+            )
+            if kind is None and index == 0:  # the first message refused: the batch never began
+                self._fast_end(0)
+        elif "batch" in reply:  # the PubAck: the batch has ended
+            if reply.get("duplicate"):
+                o.duplicates += 1
+            if reply.get("stream") != self.stream:
+                o.failures.append(Refusal(index, f"stored in stream {reply.get('stream')}"))
+            self._fast_end(int(reply.get("count", 0)))
+
+    def _fast_stored(self, count: int) -> None:
+        self.stored = max(self.stored, count)
+        self.acked = max(self.acked, count)
+        if self.sent - self.acked < self.max_pending:
+            self.room.set()
+
+    def _fast_end(self, count: int) -> None:
+        self._fast_stored(count)
+        if count < self.sent and not any(r.index <= count for r in self.outcome.failures):
+            self.outcome.failures.append(Refusal(count, f"the target ended the batch after {count} messages"))
+        self.acked = self.sent
+        self.room.set()
+        self.all_acked.set()
+
 
 class PipelinedPublisher:
     """Publishes batches to one target stream on one connection, in order."""
@@ -129,11 +193,15 @@ class PipelinedPublisher:
 
         def on_ack(subject: bytes, _reply: bytes, data: bytes, raw_headers: bytes | None) -> None:
             batch = self._batch
-            generation, _, index = subject.decode()[cut:].partition(".")
-            if batch is not None and generation == batch.generation and int(index) < batch.sent:
-                batch.on_ack(int(index), data, status_code(raw_headers))  # an ack has no headers
+            tokens = subject.decode()[cut:].split(".")
+            if batch is None or tokens[0] != batch.generation:
+                return
+            if len(tokens) == 2 and int(tokens[1]) < batch.sent:
+                batch.on_ack(int(tokens[1]), data, status_code(raw_headers))  # an ack has no headers
+            elif len(tokens) == 7:  # <generation>.<batch id>.<flow>.fail.<1-based index>.<op>.$FI
+                batch.on_fast_reply(int(tokens[4]) - 1, data)
 
-        self._subscription = await self.nc.raw_subscribe(f"{self._inbox}.*.*", on_ack)
+        self._subscription = await self.nc.raw_subscribe(f"{self._inbox}.>", on_ack)
 
     async def close(self) -> None:
         """Unsubscribe its acks' inbox (the connection stays; a publisher dropped after a failed
@@ -148,18 +216,23 @@ class PipelinedPublisher:
         timeout: float,
         ack_every: int = 1,
         may_send: Callable[[], bool] | None = None,
+        fast_batch: bool = False,
     ) -> PublishOutcome:
         """Publish (subject, data, header lines encoded by `wire.encode_header_lines`) in order; returns
         once every one is acknowledged. Raises PublishError if not all were acknowledged within
         `timeout`. With `ack_every` > 1 only every so many messages and the last ask for an ack;
         only for chained copies (see the module's text). `may_send` (a leader's lease) is asked
-        right before each message goes to the connection; once it says no, nothing more does."""
+        right before each message goes to the connection; once it says no, nothing more does.
+        `fast_batch`: the messages are one fast-ingest batch (the target stream allows it; see the
+        module's text), `ack_every` then unused."""
         await self._ensure_subscribed()
         self._generation += 1
         ack_every = max(1, min(ack_every, self.max_pending // 2))  # room for the next ack to come
-        batch = _Batch(self.stream, self.max_pending, str(self._generation), ack_every > 1)
+        batch = _Batch(self.stream, self.max_pending, str(self._generation), ack_every > 1 or fast_batch)
         self._batch = batch
         prefix = f"{self._inbox}.{batch.generation}."
+        # A fast batch's id: unique among the stream's batches (the inbox is), at most 64 bytes.
+        fast_prefix = f"{prefix}{self._inbox.rsplit('.', 1)[-1]}g{batch.generation}.{FAST_BATCH_FLOW}.fail."
         publish = self.nc.publish_encoded
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -200,6 +273,10 @@ class PipelinedPublisher:
             # Counted before the await: its ack may be handled while publish() yields.
             index = batch.sent
             batch.sent += 1
+            if fast_batch:
+                op = _FAST_COMMIT if last else _FAST_START if index == 0 else _FAST_APPEND
+                await publish(subject, f"{fast_prefix}{index + 1}.{op}{FAST_BATCH_SUFFIX}", headers, data)
+                return
             acked = last or index % ack_every == ack_every - 1
             await publish(subject, prefix + str(index) if acked else "", headers, data)
 
@@ -208,13 +285,18 @@ class PipelinedPublisher:
             for message in messages:
                 if held is not None:
                     await send(*held, last=False)
+                if batch.all_acked.is_set():  # a fast batch the target ended: nothing more lands
+                    held = None
+                    break
                 held = message
             if held is not None:
                 await send(*held, last=True)
             batch.outcome.published = batch.sent
-            batch.outcome.exact = not batch.sparse
+            batch.outcome.exact = not batch.sparse or fast_batch
             batch.all_sent = True
-            if batch.acked < batch.sent:
+            if fast_batch and batch.sent:
+                await wait(batch.all_acked)  # until the PubAck that ends it, whatever the flow acks said
+            elif batch.acked < batch.sent:
                 await wait(batch.all_acked)
         except TimeoutError:
             raise PublishError(

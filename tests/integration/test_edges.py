@@ -119,6 +119,8 @@ def test_target_created_from_source_config(source_server, nats_server, tmp_path:
     tc = run(target_config())
     assert tc.subjects == ["dc1.reg.>"]
     assert tc.max_age == 3600.0 and tc.max_msgs_per_subject == 5 and tc.duplicate_window == 30.0
+    # Open to fast-ingest batches, the copies' way in, on servers that take them (2.14+; here 2.15).
+    assert tc.allow_batched is True
 
 
 def test_source_created_late_and_no_target_create(source_server, nats_server, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ def publish(
     batches: list[list[tuple[str, bytes, dict[str, str]]]],
     ack_every: int = 1,
     landed: list[int] | None = None,
+    fast_batch: bool = False,
     **kw: int,
 ) -> list[PublishOutcome]:
     async def go() -> list[PublishOutcome]:
@@ -27,7 +28,9 @@ def publish(
         try:
             p = PipelinedPublisher(nc, stream, **kw)
             encoded = [[(s, d, encode_header_lines(h.items())) for s, d, h in b] for b in batches]
-            outcomes = [await p.publish(b, timeout=30, ack_every=ack_every) for b in encoded]
+            outcomes = [
+                await p.publish(b, timeout=30, ack_every=ack_every, fast_batch=fast_batch) for b in encoded
+            ]
             if landed is not None:
                 landed.append(p.landed)
             return outcomes
@@ -111,3 +114,58 @@ def test_a_refusal_between_sparse_acks_is_reported_at_the_next_ack(nats_server: 
     assert first.index == 319 and first.code == 10070
     assert landed == [256]  # the last ack that said stored: index 255
     assert len(run(read_all(nats_server.url, "T"))) == 300
+
+
+# Fast-ingest batches (nats-server 2.14+, a stream with allow_batched): one per publish call.
+
+
+def test_fast_batches_arrive_complete_and_in_order_with_the_servers_acks(
+    target_of_each_kind: tuple[NatsCluster, int],
+) -> None:
+    target, replicas = target_of_each_kind
+    run(create_stream(target.url, "T", ["t.>"], num_replicas=replicas, allow_batched=True))
+    batches = [
+        [(f"t.{i % 7}", f"{b}:{i}".encode(), {"Nats-Msg-Id": f"{b}-{i}"}) for i in range(5000)]
+        for b in range(2)
+    ]
+    landed: list[int] = []
+    outcomes = publish(
+        target.url, "T", [*batches, batches[1][-1:]], fast_batch=True, max_pending=1500, landed=landed
+    )
+    assert [(o.published, o.stored, o.failures, o.exact) for o in outcomes[:2]] == [
+        (5000, 5000, [], True)
+    ] * 2
+    assert (outcomes[2].stored, outcomes[2].duplicates) == (1, 1)  # a batch of one, already stored
+    assert landed == [10001]
+    stored = run(read_all(target.url, "T"))
+    assert [m.data for m in stored] == [d for b in batches for _, d, _ in b]
+
+
+def test_a_refusal_ends_a_fast_batch_so_nothing_after_it_is_stored(
+    target_of_each_kind: tuple[NatsCluster, int],
+) -> None:
+    """No chain in the headers: the batch alone keeps the copies after a refused one out, on a
+    cluster too, and its outcome is exact with sparse acks."""
+    target, replicas = target_of_each_kind
+    run(create_stream(target.url, "T", ["t.>"], num_replicas=replicas, allow_batched=True))
+    batch = [(f"t.{i % 7}", str(i).encode(), {"Nats-Msg-Id": f"c:{i}"}) for i in range(3000)]
+    batch[1200] = ("t.x", b"refused", {"Nats-Msg-Id": "c:1200", "Nats-Expected-Stream": "NOPE"})
+    landed: list[int] = []
+    [outcome] = publish(target.url, "T", [batch], fast_batch=True, landed=landed)
+    first = outcome.first_failure()
+    assert outcome.exact and first is not None
+    assert first.index == 1200 and "expected stream" in first.reason
+    assert (outcome.stored, landed) == (1200, [1200])
+    assert [m.data for m in run(read_all(target.url, "T"))] == [str(i).encode() for i in range(1200)]
+
+
+def test_a_fast_batch_to_a_stream_that_does_not_allow_it_stores_nothing_and_says_why(
+    nats_server: NatsCluster,
+) -> None:
+    run(create_stream(nats_server.url, "T", ["t.>"]))
+    batch = [(f"t.{i}", b"x", {"Nats-Msg-Id": f"c:{i}"}) for i in range(100)]
+    [outcome] = publish(nats_server.url, "T", [batch], fast_batch=True)
+    first = outcome.first_failure()
+    assert first is not None and first.index == 0 and "batch publish" in first.reason.lower()
+    assert outcome.stored == 0
+    assert run(read_all(nats_server.url, "T")) == []
