@@ -41,7 +41,7 @@ def payload(i: int, size: int) -> bytes:
 
 
 async def fill(url: str, stream: str, n: int, size: int, subjects: str = SUBJECTS, **kw: Any) -> None:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))
     js = nc.jetstream(publish_async_max_pending=4000)
     await js.add_stream(StreamConfig(name=stream, subjects=[subjects], allow_direct=True, **kw))
     prefix = subjects.rstrip(">")
@@ -52,7 +52,7 @@ async def fill(url: str, stream: str, n: int, size: int, subjects: str = SUBJECT
 
 
 async def stream_count(url: str, stream: str) -> int:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))
     try:
         return int((await nc.jetstream().stream_info(stream)).state.messages)
     except Exception:
@@ -77,7 +77,7 @@ async def trickle_latency(
     src: str, dst: str, pub_subject: str, sub_subject: str, n: int, rate: float
 ) -> list[float]:
     """Publish n stamped messages at `rate`/s into the source; time their arrival in the target."""
-    nsrc, ndst = await nats.connect(src), await nats.connect(dst)
+    nsrc, ndst = await nats.connect(src.split(",")), await nats.connect(dst.split(","))
     lat: list[float] = []
     done = asyncio.Event()
 
@@ -194,6 +194,9 @@ def main() -> None:
         default=0,
         help="also copy through a proxy adding this round trip to the source",
     )
+    ap.add_argument(
+        "--r3", action="store_true", help="also copy between two 3-server clusters with R3 streams"
+    )
     ap.add_argument("--out", default="reports/bench.json")
     args = ap.parse_args()
     n, results = args.messages, []
@@ -206,18 +209,22 @@ def main() -> None:
         target: str = "BENCH",
         rtt_ms: float = 0,
         via_proxy: bool = False,
+        servers: int = 1,
     ) -> dict[str, Any]:
-        """One copier over `n` messages between two fresh servers; `command(source_url,
-        target_url)` prepares what it needs and gives the command line that starts it. With
-        `rtt_ms` the copier reaches the source through a proxy adding that round trip; with
-        `via_proxy` alone, through the proxy without delay (what the proxy's own CPU costs)."""
+        """One copier over `n` messages between two fresh servers (or two `servers`-server
+        clusters whose streams keep that many replicas); `command(source_url, target_url)`
+        prepares what it needs and gives the command line that starts it. With `rtt_ms` the
+        copier reaches the source through a proxy adding that round trip; with `via_proxy` alone,
+        through the proxy without delay (what the proxy's own CPU costs)."""
         with (
-            local_cluster(1, f"{prefix}src") as s,
-            local_cluster(1, f"{prefix}dst") as d,
-            FaultProxy(upstream_port=int(s.url.rsplit(":", 1)[1])) as proxy,
+            local_cluster(servers, f"{prefix}src") as s,
+            local_cluster(servers, f"{prefix}dst") as d,
+            FaultProxy(upstream_port=int(s.url.split(",")[0].rsplit(":", 1)[1])) as proxy,
         ):
             proxy.latency = rtt_ms / 2000  # each way
-            asyncio.run(fill(s.url, "BENCH", n, args.size))
+            asyncio.run(fill(s.url, "BENCH", n, args.size, num_replicas=servers))
+            if servers > 1:
+                label += f", R{servers} clusters"
             if rtt_ms:
                 label += f", {rtt_ms:.0f} ms round trip to the source"
             elif via_proxy:
@@ -242,15 +249,18 @@ def main() -> None:
                                        "streams": [{**stream, **extra}]}))  # fmt: skip
         return cfg
 
-    def replicator_round(r: int, rtt_ms: float = 0, via_proxy: bool = False) -> dict[str, Any]:
+    def replicator_round(
+        r: int, rtt_ms: float = 0, via_proxy: bool = False, servers: int = 1
+    ) -> dict[str, Any]:
         extra = {"batch_max_messages": args.batch_max_messages} if args.batch_max_messages else {}
-        name = f"sr-{r}-{rtt_ms:.0f}{'-proxy' if via_proxy else ''}"
+        name = f"sr-{r}-{rtt_ms:.0f}{'-proxy' if via_proxy else ''}-{servers}"
         return copier_round(
             "stream-replicator (Spark local[*])",
             "b",
             lambda s, d: [sys.executable, "-m", "replicator.cli", "run", "--config", str(config_file(name, s, d, **extra))],
             rtt_ms=rtt_ms,
             via_proxy=via_proxy,
+            servers=servers,
         )  # fmt: skip
 
     def plain_round(r: int) -> dict[str, Any]:
@@ -262,7 +272,7 @@ def main() -> None:
 
         return copier_round("plain nats-py copier", "p", command, target="TARGET")
 
-    def go_round(r: int, target_initiated: bool, rtt_ms: float = 0) -> dict[str, Any]:
+    def go_round(r: int, target_initiated: bool, rtt_ms: float = 0, servers: int = 1) -> dict[str, Any]:
         """The Go original (its own placement, or target_initiated: reading through a consumer
         the target side creates, which it runs only with a filter_subject)."""
         mode = "target_initiated" if target_initiated else "default"
@@ -270,9 +280,59 @@ def main() -> None:
         return copier_round(
             f"Choria stream-replicator (Go, {mode})",
             "g",
-            lambda s, d: [args.go_binary, "replicate", "--config", str(config_file(f"go-{mode}-{r}-{rtt_ms:.0f}", s, d, **extra))],
+            lambda s, d: [args.go_binary, "replicate", "--config", str(config_file(f"go-{mode}-{r}-{rtt_ms:.0f}-{servers}", s, d, **extra))],
             rtt_ms=rtt_ms,
+            servers=servers,
         )  # fmt: skip
+
+    def native_round(r: int, servers: int = 1) -> dict[str, Any]:
+        """NATS's own copy: a target stream in JetStream domain B that `sources` the source
+        stream in domain A across a leafnode (each target server a leaf of every source
+        server), on single servers or on `servers`-server clusters with R`servers` streams."""
+        leaf_ports = [free_port() for _ in range(servers)]
+        remotes = ", ".join(f'"nats-leaf://127.0.0.1:{p}"' for p in leaf_ports)
+        with (
+            local_cluster(servers, "lsrc", js_domain="A", extra=lambda i: f"leafnodes {{ host: 127.0.0.1, port: {leaf_ports[i]} }}") as s,
+            local_cluster(servers, "ldst", js_domain="B", extra=f"leafnodes {{ remotes: [ {{ urls: [{remotes}] }} ] }}") as d,
+        ):  # fmt: skip
+            asyncio.run(fill(s.url, "BENCH", n, args.size, num_replicas=servers))
+            time.sleep(1)
+
+            async def add_sourced() -> None:
+                nc = await nats.connect(d.url.split(","))
+                await nc.jetstream().add_stream(
+                    StreamConfig(
+                        name="SOURCED",
+                        subjects=["copy.reg.>"],
+                        num_replicas=servers,
+                        sources=[StreamSource(name="BENCH", external=ExternalStream(api="$JS.A.API"))],
+                    )
+                )
+                await nc.close()
+
+            pids = [srv.proc.pid for srv in (*s.servers, *d.servers) if srv.proc]
+            cpu = CpuSplit(pids[0], pids[1:])
+            t0 = time.monotonic()
+            first: list[float] = []
+            cpu.start()
+            asyncio.run(add_sourced())
+            with PeakRSS(d.servers[0].proc.pid, interval=0.02) as rss:  # type: ignore[union-attr]
+                end = wait_count(d.url, "SOURCED", n, 600, first)
+            cpu.stop()
+        # Sourcing can finish within a few polls: rate over the whole time from stream creation.
+        return {
+            "copier": "NATS leafnode sourcing (domains A->B)"
+            + (f", R{servers} clusters" if servers > 1 else ""),
+            "msgs_per_s": n / (end - t0),
+            "first_copy_s": first[0] - t0,
+            "p50_ms": float("nan"),
+            "p99_ms": float("nan"),
+            "rss_mb": rss.peak / 1e6,
+            "pss_mb": rss.peak_pss / 1e6,
+            "live_received": 0,
+            "cpu_seconds": cpu.seconds,
+            "copy_seconds": end - t0,
+        }
 
     def median_of_rounds(one_round: Callable[[int], dict[str, Any]]) -> None:
         runs = [one_round(i) for i in range(args.rounds)]
@@ -308,56 +368,27 @@ def main() -> None:
         if args.go_binary:
             median_of_rounds(lambda i: go_round(i, True, args.rtt_ms))
 
-    # 3. NATS sourcing over a leafnode between JetStream domains A (source) and B (target)
-    leaf_port = free_port()
-    with (
-        local_cluster(
-            1, "lsrc", js_domain="A", extra=f"leafnodes {{ host: 127.0.0.1, port: {leaf_port} }}"
-        ) as s,
-        local_cluster(
-            1,
-            "ldst",
-            js_domain="B",
-            extra=f'leafnodes {{ remotes: [ {{ url: "nats-leaf://127.0.0.1:{leaf_port}" }} ] }}',
-        ) as d,
-    ):
-        asyncio.run(fill(s.url, "BENCH", n, args.size))
-        time.sleep(1)
-
-        async def add_sourced() -> None:
-            nc = await nats.connect(d.url)
-            await nc.jetstream().add_stream(
-                StreamConfig(
-                    name="SOURCED",
-                    subjects=["copy.reg.>"],
-                    sources=[StreamSource(name="BENCH", external=ExternalStream(api="$JS.A.API"))],
-                )
-            )
-            await nc.close()
-
-        t0 = time.monotonic()
-        first: list[float] = []
-        asyncio.run(add_sourced())
-        with PeakRSS(d.servers[0].proc.pid, interval=0.02) as rss:  # type: ignore[union-attr]
-            end = wait_count(d.url, "SOURCED", n, 600, first)
-        # Sourcing can finish within a few polls: rate over the whole time from stream creation.
-        results.append(
-            {
-                "copier": "NATS leafnode sourcing (domains A->B)",
-                "msgs_per_s": n / (end - t0),
-                "first_copy_s": first[0] - t0,
-                "p50_ms": float("nan"),
-                "p99_ms": float("nan"),
-                "rss_mb": rss.peak / 1e6,
-                "pss_mb": rss.peak_pss / 1e6,
-                "live_received": 0,
-            }
-        )
+    # 3. NATS sourcing over a leafnode between JetStream domains A (source) and B (target);
+    # then, with --r3, ours, NATS's and the Go original's between two 3-server clusters with R3
+    # streams on both sides, alternated round by round.
+    median_of_rounds(lambda i: native_round(i))
+    if args.r3:
+        r3_rounds: dict[str, list[dict[str, Any]]] = {"ours": [], "native": [], "go": []}
+        for i in range(args.rounds):
+            r3_rounds["ours"].append(replicator_round(i, servers=3))
+            r3_rounds["native"].append(native_round(i, servers=3))
+            if args.go_binary:
+                r3_rounds["go"].append(go_round(i, True, servers=3))
+            print(
+                f"R3 round {i + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]['msgs_per_s']:,.0f}" for k, v in r3_rounds.items() if v) + " msg/s",
+                flush=True,
+            )  # fmt: skip
+        results.extend(_median_of(v) for v in r3_rounds.values() if v)
 
     base = next(r for r in results if r["copier"].startswith("plain"))["msgs_per_s"]
     print(
         f"\n{n:,} messages x {args.size} B, two local nats-servers; live trickle {args.live} msgs at 20/s; "
-        f"medians of {args.rounds} alternated rounds (leafnode: one run)\n"
+        f"medians of {args.rounds} alternated rounds\n"
     )
     print(
         f"{'copier':48} {'msg/s':>9} {'x plain':>8} {'1st copy s':>10} {'p50 ms':>7} {'p99 ms':>7} "
@@ -369,7 +400,7 @@ def main() -> None:
             f"{r['copier']:48} {r['msgs_per_s']:9,.0f} {r['ratio_vs_plain']:8.2f} {r['first_copy_s']:10.1f} "
             f"{r['p50_ms']:7.0f} {r['p99_ms']:7.0f} {r['rss_mb']:7.0f} {r['pss_mb']:7.0f}"
         )
-    print("\nCPU per message copied (µs), over the last round's backlog copy, by kind of process:")
+    print("\nCPU per message copied (µs), over the last round's copy, by kind of process:")
     for r in (r for r in results if "rounds" in r):
         last = r["rounds"][-1]
         # JVM: <thread> rows split the JVM's own total (JIT, GC, other), they do not add to it.
@@ -427,6 +458,15 @@ def main() -> None:
         row(go_ti, "round trip"),
         f"both {far} from the source, ours / Go target_initiated",
         2,
+    )
+    # Issue 32's anchor: NATS's own sourcing, single servers and R3 clusters.
+    ratio("ratio_vs_native", ours, row("leafnode sourcing"), "ours / NATS sourcing, single servers", 1.0)
+    ratio(
+        "ratio_vs_native_r3",
+        row("stream-replicator", "R3"),
+        row("leafnode sourcing", "R3"),
+        "ours / NATS sourcing, R3 clusters",
+        1.5,
     )
     print("\ntargets: " + ", ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in checks))
     print("(RSS sums count shared pages once per process; PSS counts each page once: bench/proctree.py)")

@@ -28,7 +28,7 @@ from harness.localnats import local_cluster
 def rss_by_kind(root: int) -> tuple[int, dict[str, list[int]]]:
     """(summed RSS bytes, MB of each process by kind) over `root`'s tree."""
     page = os.sysconf("SC_PAGE_SIZE")
-    total, kinds = 0, {}
+    total, kinds = 0, dict[str, list[int]]()
     for pid, parent in _tree(root):
         if _shares_parent_memory(pid, parent):
             continue

@@ -240,14 +240,15 @@ def start_cluster(
     size: int,
     name: str,
     base: Path,
-    extra: str = "",
+    extra: str | Callable[[int], str] = "",
     js_domain: str = "",
     connect: dict[str, Any] | None = None,
     max_file_store: str = "8GB",
     server_type: type[NatsServer] = NatsServer,
 ) -> NatsCluster:
     """Started on fresh ports, again (up to 3 times) if a server cannot take one. `server_type`
-    runs each server: the binary as a child process, or in a container (harness.nats_containers)."""
+    runs each server: the binary as a child process, or in a container (harness.nats_containers).
+    `extra`: more config for every server, or each server's own from its index."""
     for attempt in range(3):
         try:
             where = base if attempt == 0 else base / f"retry{attempt}"
@@ -263,7 +264,7 @@ def _start_cluster(
     size: int,
     name: str,
     base: Path,
-    extra: str,
+    extra: str | Callable[[int], str],
     js_domain: str,
     connect: dict[str, Any] | None,
     max_file_store: str,
@@ -285,7 +286,7 @@ def _start_cluster(
             cluster=name if size > 1 else None,
             cluster_port=cports[i] if size > 1 else 0,
             routes=[f"127.0.0.1:{p}" for j, p in enumerate(cports) if j != i] if size > 1 else None,
-            extra=extra,
+            extra=extra(i) if callable(extra) else extra,
             js_domain=js_domain,
             max_file_store=max_file_store,
         )
@@ -308,7 +309,7 @@ def _start_cluster(
 def local_cluster(
     size: int = 1,
     name: str = "sr",
-    extra: str = "",
+    extra: str | Callable[[int], str] = "",
     js_domain: str = "",
     connect: dict[str, Any] | None = None,
     max_file_store: str = "8GB",
