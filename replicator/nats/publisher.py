@@ -62,6 +62,8 @@ class PublishOutcome:
     exact: bool = True
     # Messages the acks say the target stored.
     stored: int = 0
+    # A fast batch's: the stream sequence its final ack names (0: none, or not a fast batch).
+    last_seq: int = 0
 
     def first_failure(self) -> Refusal | None:
         return min(self.failures, key=lambda r: r.index) if self.failures else None
@@ -85,6 +87,9 @@ class _Batch:
         self.acked = 0  # messages an ack has answered for (with sparse acks: up to the last ack)
         self.stored = 0  # messages an ack says the target stored
         self.all_sent = False
+        # A fast batch ended without the server's final ack (an error it may not end the batch
+        # on): where its copies end is read from the target's tail.
+        self.inexact = False
         self.outcome = PublishOutcome()
         self.room = asyncio.Event()
         self.room.set()
@@ -146,13 +151,19 @@ class _Batch:
                     where, f"{err.get('description', err)} (code {err.get('err_code')})", err.get("err_code")
                 )
             )
-            if kind is None and index == 0:  # the first message refused: the batch never began
-                self._fast_end(0)
+            if kind is None:
+                # The first message refused: the batch never began. A later one refused this way
+                # (a limit, a full queue, a batch the server no longer knows) may be followed by
+                # a gap and the final ack, or by the same refusal for every message after it
+                # and none: the batch ends here, and the target's tail says what was stored.
+                self.inexact = index > 0
+                self._fast_end(self.stored if index else 0)
         elif "batch" in reply:  # the PubAck: the batch has ended
             if reply.get("duplicate"):
                 o.duplicates += 1
             if reply.get("stream") != self.stream:
                 o.failures.append(Refusal(index, f"stored in stream {reply.get('stream')}"))
+            o.last_seq = int(reply.get("seq", 0))
             self._fast_end(int(reply.get("count", 0)))
 
     def _fast_stored(self, count: int) -> None:
@@ -163,7 +174,11 @@ class _Batch:
 
     def _fast_end(self, count: int) -> None:
         self._fast_stored(count)
-        if count < self.sent and not any(r.index <= count for r in self.outcome.failures):
+        if (
+            count < self.sent
+            and not self.inexact
+            and not any(r.index <= count for r in self.outcome.failures)
+        ):
             self.outcome.failures.append(Refusal(count, f"the target ended the batch after {count} messages"))
         self.acked = self.sent
         self.room.set()
@@ -232,7 +247,9 @@ class PipelinedPublisher:
         self._batch = batch
         prefix = f"{self._inbox}.{batch.generation}."
         # A fast batch's id: unique among the stream's batches (the inbox is), at most 64 bytes.
-        fast_prefix = f"{prefix}{self._inbox.rsplit('.', 1)[-1]}g{batch.generation}.{FAST_BATCH_FLOW}.fail."
+        # The server acks every `flow` messages at most: fewer than the window, or it would stall.
+        flow = max(1, min(FAST_BATCH_FLOW, self.max_pending // 2))
+        fast_prefix = f"{prefix}{self._inbox.rsplit('.', 1)[-1]}g{batch.generation}.{flow}.fail."
         publish = self.nc.publish_encoded
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -292,12 +309,14 @@ class PipelinedPublisher:
             if held is not None:
                 await send(*held, last=True)
             batch.outcome.published = batch.sent
-            batch.outcome.exact = not batch.sparse or fast_batch
+            batch.outcome.exact = not batch.sparse or (fast_batch and not batch.inexact)
             batch.all_sent = True
             if fast_batch and batch.sent:
                 await wait(batch.all_acked)  # until the PubAck that ends it, whatever the flow acks said
             elif batch.acked < batch.sent:
                 await wait(batch.all_acked)
+            if fast_batch:
+                batch.outcome.exact = not batch.inexact
         except TimeoutError:
             raise PublishError(
                 f"{batch.sent - batch.acked} of {batch.sent} publishes to stream {self.stream} were not "

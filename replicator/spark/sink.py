@@ -486,20 +486,25 @@ class OrderedSink:
         by_sequence = limits.replicas > 1  # a clustered target (see EXPECTED_LAST_MSG_ID)
         # Sparse acks only where a stored copy vouches for those before it (an id chain).
         ack_every = 1 if by_sequence else CHAINED_ACK_EVERY
+        # A chained attempt into a clustered stream that takes them goes as one fast-ingest
+        # batch: sparse acks that vouch for every copy before them, where a chain by sequence
+        # alone cannot (1.3x the copies per second on R3; on a single server the id chain's
+        # sparse acks are faster: docs/performance.md, 2026-11-26).
+        fast = by_sequence and limits.batched
         start, duplicates = 0, 0
         for _ in range(PUBLISH_ATTEMPTS):
             await self._look_for_another_writer(nc, by_sequence)
             start = copies.first_above(self.floor, start)  # the ones before are in the target
             chain = None if self.shared_target else self._tail
             self._tail = None  # unknown until this attempt is settled
-            outcome = await self._send(publisher, nc, copies, start, chain, by_sequence, ack_every)
+            outcome = await self._send(publisher, nc, copies, start, chain, by_sequence, ack_every, fast)
             duplicates += outcome.duplicates
             next_step = await self._settle(nc, publisher, copies, outcome, start, chain, by_sequence)
             if next_step is Settled.DONE:
                 outcome.duplicates = duplicates
                 return outcome
             if next_step is Settled.AGAIN_FROM_THE_TAIL_EACH_ACKED:
-                ack_every = 1
+                ack_every, fast = 1, False
             else:
                 start += outcome.first_failure().index  # type: ignore[union-attr]
         raise PublishError(
@@ -541,6 +546,7 @@ class OrderedSink:
         chain: tuple[str, int] | None,
         by_sequence: bool,
         ack_every: int,
+        fast: bool = False,
     ) -> PublishOutcome:
         """One attempt: the copies from row `start` on, chained to `chain` (the target's last
         message before it; None: unchained, each acknowledged), with the lease as a fence."""
@@ -553,11 +559,7 @@ class OrderedSink:
                 self.settings.ack_timeout + (len(copies.seqs) - start) / 1000,
                 ack_every if chain is not None else 1,
                 fence,
-                # A chained attempt into a clustered stream that takes them goes as one
-                # fast-ingest batch: sparse acks that vouch for every copy before them, where a
-                # chain by sequence alone cannot (1.3x the copies per second on R3; on a single
-                # server the id chain's sparse acks are faster: docs/performance.md, 2026-11-26).
-                fast_batch=chain is not None and by_sequence and copies.limits.batched,
+                fast_batch=fast and chain is not None,
             )
         except PublishError:
             if copies.held:  # the fence cut the connection: say why
@@ -581,6 +583,20 @@ class OrderedSink:
         or another attempt and from where, or the batch fails (PublishError)."""
         seqs = copies.seqs
         first = outcome.first_failure()
+        if first is None and outcome.last_seq and chain is not None:
+            expected = chain[1] + outcome.published
+            if outcome.last_seq != expected:
+                # A fast batch whose final ack names another sequence than the chain gives: a
+                # copy the leader took was not stored when its replicas applied it (a limit, a
+                # leader change), or the last was already there. The range stays in flight and
+                # is looked at for gaps (replicator.spark.inflight).
+                if self.inflight is not None:
+                    self.inflight.mark_unchained()
+                raise PublishError(
+                    f"target stream {self.settings.target_stream} acknowledged {outcome.published} copies "
+                    f"ending at its sequence {outcome.last_seq}, not {expected}: a copy may be missing; "
+                    "the batch will be retried and its range checked for gaps"
+                )
         if first is not None and not outcome.exact:
             # Some copy at or before the failed ack was not stored: the target's tail says which
             # were, and the rest go again with an ack each, to show why if they fail.

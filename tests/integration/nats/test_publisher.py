@@ -169,3 +169,23 @@ def test_a_fast_batch_to_a_stream_that_does_not_allow_it_stores_nothing_and_says
     assert first is not None and first.index == 0 and "batch publish" in first.reason.lower()
     assert outcome.stored == 0
     assert run(read_all(nats_server.url, "T")) == []
+
+
+def test_a_fast_batch_into_a_stream_that_fills_up_ends_there_without_waiting_out_the_deadline(
+    target_of_each_kind: tuple[NatsCluster, int],
+) -> None:
+    """A refusal the server may not end the batch on (a full stream, discard new): the outcome
+    ends at once, never vouching for a copy the stream does not hold."""
+    target, replicas = target_of_each_kind
+    run(
+        create_stream(
+            target.url, "T", ["t.>"], num_replicas=replicas, allow_batched=True, max_msgs=1000, discard="new"
+        )
+    )
+    batch = [(f"t.{i % 7}", str(i).encode(), {"Nats-Msg-Id": f"c:{i}"}) for i in range(3000)]
+    landed: list[int] = []
+    [outcome] = publish(target.url, "T", [batch], fast_batch=True, landed=landed)
+    first = outcome.first_failure()
+    assert first is not None and first.index >= outcome.stored
+    assert outcome.stored <= 1000 and landed == [outcome.stored]
+    assert [m.data for m in run(read_all(target.url, "T"))] == [str(i).encode() for i in range(1000)]
