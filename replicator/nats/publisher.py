@@ -309,14 +309,11 @@ class PipelinedPublisher:
             if held is not None:
                 await send(*held, last=True)
             batch.outcome.published = batch.sent
-            batch.outcome.exact = not batch.sparse or (fast_batch and not batch.inexact)
             batch.all_sent = True
-            if fast_batch and batch.sent:
-                await wait(batch.all_acked)  # until the PubAck that ends it, whatever the flow acks said
-            elif batch.acked < batch.sent:
+            # A fast batch waits for the final ack that ends it, whatever its flow acks said.
+            if batch.sent and (fast_batch or batch.acked < batch.sent):
                 await wait(batch.all_acked)
-            if fast_batch:
-                batch.outcome.exact = not batch.inexact
+            batch.outcome.exact = not batch.inexact if fast_batch else not batch.sparse
         except TimeoutError:
             raise PublishError(
                 f"{batch.sent - batch.acked} of {batch.sent} publishes to stream {self.stream} were not "
