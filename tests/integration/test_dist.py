@@ -95,7 +95,9 @@ def test_spark_submit_with_the_packed_environment_on_a_standalone_cluster(
     spark_home = Path(
         in_venv(venv, "python", "-c", "import pyspark; print(pyspark.__path__[0])", cwd=tmp_path).strip()
     )
-    cfg, n = orders_backlog(source_server.url, nats_server.url, tmp_path, 3_000, batch_max_messages=500)
+    # Batches over the driver's read limit on a cluster (1,000), so Spark's read tasks run on the
+    # executor, in the packed environment's Python.
+    cfg, n = orders_backlog(source_server.url, nats_server.url, tmp_path, 4_500, batch_max_messages=1_500)
     env = user_env(venv)
     with standalone_cluster(spark_home, tmp_path, env, cores=1) as master:
         submit = [
