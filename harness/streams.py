@@ -26,6 +26,16 @@ async def count_messages(url: str, stream: str) -> int:
         await nc.close()
 
 
+async def stream_last_seq(url: str, stream: str) -> int:
+    """The last sequence `stream` stored (0 if it does not exist), on a connection of its own."""
+    nc = await open_connection(url, name="harness-count")
+    try:
+        info = await stream_info(nc, stream)
+        return 0 if info is None else int(info.state.last_seq)
+    finally:
+        await nc.close()
+
+
 async def read_all(url: str, stream: str, tls: TLSFiles | None = None) -> list[RawMessage]:
     """Every message of `stream` in sequence order (it holds them all in memory)."""
     return await read_digested(url, stream, lambda chunk: chunk, tls=tls)

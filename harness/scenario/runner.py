@@ -27,6 +27,7 @@ from nats.js.api import KeyValueConfig, StreamConfig
 from emulator.publisher import stream_subjects
 from harness.localnats import free_port
 from harness.process import ReplicatorProcess, readiness
+from harness.scenario.lag import trailing_seconds, worst_by_minute
 from harness.scenario.spec import HopSpec, ProcessSpec, ScenarioSpec
 from harness.scenario.truth import (
     AdvKey,
@@ -42,7 +43,7 @@ from harness.scenario.truth import (
 )
 from harness.scrape import scrape
 from harness.servers import nats_cluster
-from harness.streams import count_messages, read_digested
+from harness.streams import count_messages, read_digested, stream_last_seq
 from replicator.election import BUCKET as ELECTION_BUCKET
 from replicator.nats.jetstream import stream_info
 from replicator.sampling.extract import SenderExtractor
@@ -93,20 +94,26 @@ class Sampler:
     hops: list[HopRef]
     rows: list[dict[str, float]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
+    t0: float = 0.0
+    """time.monotonic() of the first sample, which rows' "t" count from."""
 
     def start(self) -> None:
+        self.t0 = time.monotonic()
         threading.Thread(target=self._run, daemon=True, name="sampler").start()
 
     def stop(self) -> None:
         self._stop.set()
 
     def _run(self) -> None:
-        t0 = time.monotonic()
+        sources = {(h.source_url, h.hop.stream) for h in self.hops}
         while not self._stop.wait(1.0):
-            row: dict[str, float] = {"t": time.monotonic() - t0}
+            row: dict[str, float] = {"t": time.monotonic() - self.t0}
             for label, (url, stream) in self.streams.items():
                 with contextlib.suppress(Exception):
                     row[label] = asyncio.run(count_messages(url, stream))
+            for url, stream in sources:
+                with contextlib.suppress(Exception):
+                    row[f"{url} {stream}.last_seq"] = asyncio.run(stream_last_seq(url, stream))
             for h in self.hops:
                 with contextlib.suppress(Exception):
                     m = scrape(h.metrics_url(), worker=h.hop.name)
@@ -126,6 +133,13 @@ class Sampler:
 
     def max_lag(self, label: str) -> float:
         return max((r.get(f"{label}.lag", 0) for r in self.rows), default=0)
+
+    def trailing(self, h: HopRef) -> list[tuple[float, float]]:
+        """(t, seconds hop `h` trailed its source) at each sample (harness.scenario.lag)."""
+        src, done = f"{h.source_url} {h.hop.stream}.last_seq", f"{h.label}.sequence"
+        source = [(r["t"], r[src]) for r in self.rows if src in r]
+        processed = [(r["t"], r[done]) for r in self.rows if done in r]
+        return trailing_seconds(source, processed)
 
 
 def _params(hop: HopSpec, speedup: float) -> tuple[SenderExtractor | None, SamplingParams | None]:
@@ -238,7 +252,8 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
         finals = {h.label: scrape(h.metrics_url(), worker=h.hop.name) for h in hops}
         _parallel([r.stop for r in everyone])
         sampler.stop()
-        observed = observe(hops, truths, finals, sampler, cut)
+        fleet_run = (t0 - sampler.t0, t0 - sampler.t0 + publish_seconds)
+        observed = observe(hops, truths, finals, sampler, cut, fleet_run)
         summaries = [json.loads(summary.read_text()) for _, summary, _ in emulators]
     obs = Observation(
         hops=observed,
@@ -277,10 +292,12 @@ def observe(
     finals: dict[str, dict[str, float]],
     sampler: Sampler,
     cut: int | None = None,
+    fleet_run: tuple[float, float] | None = None,
 ) -> list[HopObservation]:
     """What each hop wrote (copies, advisories, read back from the streams) beside its truth,
     and its lag and rate from the replicator's metrics (`finals`: scraped at the end). With a
-    `cut` (settle_for_check), the advisories due up to that second on both sides."""
+    `cut` (settle_for_check), the advisories due up to that second on both sides. `fleet_run`:
+    when the fleet published, in the sampler's seconds, for the lag in seconds by minute."""
     observed = []
     for h in hops:
         truth, last_seq = truths[h.label]
@@ -302,6 +319,13 @@ def observe(
             final_lag=int(finals[h.label]["lag"]),
             max_lag=int(sampler.max_lag(h.label)),
             processed_rate=sampler.processed_rate(h.label, truth.published, last_seq),
+            lag_seconds_by_minute=(
+                worst_by_minute(
+                    sampler.trailing(h), fleet_run[0] + h.hop.expect.lag_settle_seconds, fleet_run[1]
+                )
+                if fleet_run
+                else []
+            ),
         ))  # fmt: skip
     return observed
 
@@ -450,6 +474,9 @@ class HopObservation:
     final_lag: int
     max_lag: int
     processed_rate: float
+    lag_seconds_by_minute: list[float] = field(default_factory=list)
+    """The most seconds it trailed its source in each minute of the fleet's run after the
+    expectation's `lag_settle_seconds` (harness.scenario.lag)."""
 
 
 @dataclass
@@ -495,6 +522,16 @@ def evaluate(spec: ScenarioSpec, obs: Observation) -> Report:
             checks.append(
                 Check("max lag (messages)", f"<= {expect.max_lag}", o.max_lag, o.max_lag <= expect.max_lag)
             )
+        if expect.max_lag_seconds is not None:
+            worst = max(o.lag_seconds_by_minute, default=float("inf"))
+            checks.append(
+                Check(
+                    f"lag (s) in every minute after the first {expect.lag_settle_seconds:g} s",
+                    f"<= {expect.max_lag_seconds:g}",
+                    o.lag_seconds_by_minute or "no samples",
+                    worst <= expect.max_lag_seconds,
+                )
+            )
         if expect.min_rate:
             rate = o.processed_rate
             checks.append(
@@ -519,6 +556,7 @@ def evaluate(spec: ScenarioSpec, obs: Observation) -> Report:
             "advisories": len(o.advisories),
             "processed_rate": round(o.processed_rate),
             "max_lag": o.max_lag,
+            "lag_seconds_by_minute": o.lag_seconds_by_minute,
         }
         if one:
             report.figures.update(figures)

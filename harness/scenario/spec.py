@@ -105,6 +105,11 @@ class Expect(_Strict):
     max_final_lag: int = 0
     max_lag: int | None = None
     """Messages the replicator may fall behind at most, in any second of the run."""
+    max_lag_seconds: float | None = None
+    """Seconds the copy may trail its source at most (how long ago the oldest source message not
+    yet processed was stored), in every minute of the fleet's run after `lag_settle_seconds`."""
+    lag_settle_seconds: float = Field(default=35, ge=0)
+    """The start of the fleet's run that max_lag_seconds leaves out (queries' first batches)."""
     min_rate: float = 0
     """Messages per second the replicator must have processed while the fleet published."""
 
