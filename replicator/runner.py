@@ -69,6 +69,13 @@ class Runner:
         # Set by `stream-replicator jvm-archive`: the JVM dumps its loaded classes when it ends.
         self.create_class_archive = create_class_archive
 
+    def _raw_local_checkpoints(self) -> bool:
+        """Checkpoints on local disk without Hadoop's .crc files (replicator.spark.session):
+        only for an embedded Spark whose queries keep no state and whose checkpoints are local
+        (with s3a:// and the like Hadoop buffers through the checksummed local file system)."""
+        local = not self.cfg.checkpoint_store or self.cfg.checkpoint_store.startswith("file:")
+        return local and self.master.startswith("local") and not any(s.sampling for s in self.streams)
+
     def request_stop(self, *_: object) -> None:
         if not self.stop_event.is_set():
             log.info("stop requested; finishing the current batches")
@@ -102,6 +109,7 @@ class Runner:
             conf,
             self.create_class_archive,
             light_jvm=not any(s.sampling for s in self.streams),
+            raw_local_checkpoints=self._raw_local_checkpoints(),
             quiet=self.cfg.loglevel != "debug",
         )
         log.info("Spark started (master %s)", self.spark.sparkContext.master)

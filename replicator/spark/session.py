@@ -50,6 +50,15 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+# For an embedded session whose queries keep no state (every entry copy-only) and whose
+# checkpoints are local: checkpoint files without Hadoop's `.crc` checksum beside each, which
+# halves the offset and commit logs' cost per batch, most of a live copy's latency (`make bench`,
+# latency; docs/performance.md). The files are still written aside and renamed into place, and
+# neither kind is synced to disk, so resume is as before. Everything else keeps the checksummed
+# file system: Spark's RocksDB state store and Hadoop's local buffers (s3a's uploads, YARN) ask
+# for that class and fail with any other.
+RAW_LOCAL_CONF: dict[str, str] = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"}
+
 QUIET_LOG_CONFIG = Path(__file__).with_name("log4j2-quiet.properties")
 
 
@@ -65,12 +74,16 @@ def build_session(
     create_class_archive: bool = False,
     light_jvm: bool = True,
     quiet: bool = True,
+    raw_local_checkpoints: bool = False,
 ) -> SparkSession:
     """`quiet`: Spark's own log shows errors only (the replicator's loglevel is not debug).
-    Under spark-submit, its JVM, master and Python settings are used: see `submitted_conf`."""
+    `raw_local_checkpoints`: see RAW_LOCAL_CONF (the config's `spark_conf` still wins). Under
+    spark-submit, its JVM, master and Python settings are used: see `submitted_conf`."""
     submitted = submitted_conf()
-    if submitted is not None:
+    if submitted is not None:  # the cluster's file systems: left as they are
         return _submitted_session(submitted, app_name, conf, quiet)
+    if raw_local_checkpoints and master.startswith("local"):
+        conf = {**RAW_LOCAL_CONF, **(conf or {})}
     py = python_for_workers()
     # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and the
     # JVM's ~60 threads touch many: 2 arenas took ~90 MB off the JVM's RSS (one-off run).

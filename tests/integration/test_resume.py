@@ -64,6 +64,11 @@ def test_kill9_mid_copy_then_restart_gives_exact_copy(
     assert (len(shared), len(checkpoints_in(tmp_path / "state"))) == ((1, 0) if top else (0, 1))
     if top:
         assert (shared[0] / "sr-initial-offset.json").is_file()
+    # A copy-only process writes its logs without Hadoop's .crc files (docs/design.md, Spark
+    # settings), and the kill -9 above resumed exactly from them.
+    offsets = (shared or checkpoints_in(tmp_path / "state"))[0] / "offsets"
+    assert [p.name for p in offsets.iterdir() if p.name.isdigit()]
+    assert not [p.name for p in offsets.iterdir() if p.name.endswith(".crc")]
 
 
 def test_restart_without_checkpoint_never_republishes(source_server, nats_server, tmp_path: Path) -> None:

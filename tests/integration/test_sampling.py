@@ -291,6 +291,9 @@ def test_kill_9_and_a_backlog_longer_than_warn_give_no_false_timeouts_and_nothin
     shared = checkpoints_in(tmp_path / "shared")
     assert (len(shared), len(checkpoints_in(tmp_path / "state"))) == ((1, 0) if top else (0, 1))
     assert ((shared or checkpoints_in(tmp_path / "state"))[0] / "state").is_dir()
+    # A sampled process keeps Hadoop's checksummed local files: the RocksDB state store needs them.
+    offsets = (shared or checkpoints_in(tmp_path / "state"))[0] / "offsets"
+    assert [p.name for p in offsets.iterdir() if p.name.endswith(".crc")]
     if top:
         from helpers import cli
 

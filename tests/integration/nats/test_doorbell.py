@@ -1,0 +1,133 @@
+"""The doorbell a caught-up copy's planner waits on (replicator.nats.doorbell), on a real server:
+it rings on the first message after it is armed and carries no more than that one."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from helpers import run
+from nats_servers import NatsCluster
+
+from replicator.nats.connect import open_connection
+from replicator.nats.doorbell import Doorbell
+
+
+def test_it_rings_once_on_the_first_message_and_carries_no_more(nats_server: NatsCluster) -> None:
+    async def go() -> None:
+        nc = await open_connection(nats_server.url)
+        publisher = await open_connection(nats_server.url)
+        bell = Doorbell(["reg.>", "other.*"])
+        try:
+            assert await bell.arm(nc)  # armed just now: the caller looks at the stream first
+            assert not await bell.arm(nc)  # still armed: nothing to do
+            assert not bell.rang.is_set()
+            await publisher.publish("unrelated", b"x")
+            await publisher.flush()
+            await asyncio.sleep(0.2)
+            assert not bell.rang.is_set()
+            for i in range(200):
+                await publisher.publish(f"reg.n{i}", b"x" * 1024)
+            await publisher.flush()
+            assert await asyncio.to_thread(bell.wait, 5)
+            await asyncio.sleep(0.3)
+            # The server dropped the interest after one message on each subject: none of the
+            # 200 reached this connection beyond the first.
+            assert nc.stats["in_msgs"] <= 1, nc.stats
+            assert await bell.arm(nc)  # rung: armed again for the next quiet spell
+            assert not bell.rang.is_set()
+            await publisher.publish("other.x", b"y")
+            await publisher.flush()
+            assert await asyncio.to_thread(bell.wait, 5)
+            await bell.disarm()
+        finally:
+            await publisher.close()
+            await nc.close()
+
+    run(go())
+
+
+def test_a_caught_up_plan_waits_for_the_next_message_instead_of_finding_nothing(
+    nats_server: NatsCluster,
+) -> None:
+    """The planner's side (NatsJetStreamReader.latestOffset): with nothing new it waits on the
+    doorbell, and a message stored meanwhile is in the plan it returns, not in the next."""
+    import threading
+
+    from helpers import create_stream, publish
+
+    from replicator.options import ReaderOptions
+    from replicator.spark.datasource import NEWS_WAIT_S, NatsJetStreamReader
+
+    url = nats_server.url
+    run(create_stream(url, "LIVE", ["live.>"]))
+    run(publish(url, [("live.a", b"1", None)]))
+    reader = NatsJetStreamReader(ReaderOptions(url=url, stream="LIVE"))
+    try:
+        start = reader.initialOffset()
+        caught_up = reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert int(caught_up["seq"]) == 2  # the one message
+        assert reader.latestOffset(caught_up, reader.getDefaultReadLimit()) == caught_up  # armed now
+        later = threading.Timer(NEWS_WAIT_S / 4, lambda: run(publish(url, [("live.b", b"2", None)])))
+        later.start()
+        try:
+            got = reader.latestOffset(caught_up, reader.getDefaultReadLimit())
+        finally:
+            later.join()
+        assert int(got["seq"]) == 3 and int(got["from"]) == 2, got
+    finally:
+        reader.stop()
+
+
+def test_a_doorbell_that_hears_nothing_of_a_growing_stream_is_given_up(nats_server: NatsCluster) -> None:
+    """As with an account that may not subscribe to the stream's subjects: plans go back to
+    asking the stream, rather than waiting on a bell that never rings."""
+    from helpers import create_stream, publish
+
+    from replicator.options import ReaderOptions
+    from replicator.spark.datasource import DEAF_AFTER_PLANS, DEAF_AFTER_S, NatsJetStreamReader
+
+    url = nats_server.url
+    run(create_stream(url, "DEAF", ["deaf.>"]))
+    reader = NatsJetStreamReader(ReaderOptions(url=url, stream="DEAF"))
+    try:
+        offset = reader.initialOffset()
+        limit = reader.getDefaultReadLimit()
+        assert reader.latestOffset(offset, limit) == offset  # nothing yet: armed
+        assert reader._bell
+        reader._bell.subjects = ["deaf.never"]  # what an account that may not subscribe hears
+        reader._bell.rang.set()  # so the next quiet plan arms it again, now on deaf.never
+        assert reader.latestOffset(offset, limit) == offset
+        time.sleep(DEAF_AFTER_S)
+        for i in range(DEAF_AFTER_PLANS):
+            assert reader._bell, f"given up after {i} plans"
+            run(publish(url, [(f"deaf.{i}", b"x", None)]))
+            offset = reader.latestOffset(offset, limit)  # news it did not ring for
+        assert reader._bell is False
+    finally:
+        reader.stop()
+
+
+def test_plans_that_copy_nothing_never_give_the_doorbell_up(nats_server: NatsCluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A stopping query's plans (the stop file) are not news the bell missed: a clean stop
+    after a quiet spell warns of nothing."""
+    from helpers import create_stream
+
+    from replicator.options import ReaderOptions
+    from replicator.spark.datasource import DEAF_AFTER_PLANS, DEAF_AFTER_S, NatsJetStreamReader
+
+    url = nats_server.url
+    run(create_stream(url, "QUIET", ["quiet.>"]))
+    stop = tmp_path / "stopping"
+    reader = NatsJetStreamReader(ReaderOptions(url=url, stream="QUIET", stop_file=str(stop)))
+    try:
+        offset = reader.initialOffset()
+        limit = reader.getDefaultReadLimit()
+        assert reader.latestOffset(offset, limit) == offset  # armed
+        time.sleep(DEAF_AFTER_S)
+        stop.touch()
+        for _ in range(DEAF_AFTER_PLANS + 1):
+            assert reader.latestOffset(offset, limit) == offset
+        assert reader._bell
+    finally:
+        reader.stop()
