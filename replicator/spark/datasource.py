@@ -133,7 +133,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
         self._stream_time_ms: int | None = None
         self._mean_bytes = 0.0  # the stream's mean message size, as last asked
         self._subjects: list[str] = []  # the stream's subjects, as last asked
-        self._bell: Any = None  # a Doorbell once the stream was caught up with; False: none
+        self._bell: Any = None  # a Doorbell once the stream was caught up with
+        self._bell_nc: Any = None  # the connection it listens on
+        self._bell_given_up = False  # it heard nothing of a growing stream: polling
         self._idle = False  # the last plan found nothing new to copy
         self._news = False  # the last plan gave a batch to copy
         self._deaf = 0  # plans in a row that found news the armed doorbell did not ring for
@@ -145,6 +147,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
         state["_loop"] = None
         state["_nc"] = None
         state["_bell"] = None
+        state["_bell_nc"] = None
         return state
 
     def _conn(self) -> tuple[Any, Any]:
@@ -206,7 +209,8 @@ class NatsJetStreamReader(DataSourceStreamReader):
     def _check_the_doorbell_hears(self) -> None:
         """A doorbell that stays armed while the stream grows is deaf (the account may not
         subscribe to the stream's subjects, or they are filled another way): polling again."""
-        if not self._bell or not self._news:
+        if self._bell is None or not self._news or self._bell.subjects != self._subjects:
+            self._deaf = 0
             return
         # News the bell was armed for well before (not a message stored just before the arming,
         # nor one the stream reported a moment before its ring arrived).
@@ -222,7 +226,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
             )
             with contextlib.suppress(Exception):
                 self._loop.run(self._bell.disarm(), 5)
-            self._bell = False
+            self._bell, self._bell_given_up = None, True
 
     def _news_after_waiting(self) -> bool:
         """Nothing new to copy: whether to look again now, after waiting up to NEWS_WAIT_S for
@@ -230,13 +234,17 @@ class NatsJetStreamReader(DataSourceStreamReader):
         Spark's own polling serves)."""
         from replicator.nats.doorbell import Doorbell
 
-        if self._bell is None:
-            # The stream's subjects, not the entry's filter: a plan's news is the stream's.
-            self._bell = Doorbell(self._subjects) if self._subjects else False
-        if not self._bell:
+        # The stream's subjects, not the entry's filter: a plan's news is the stream's.
+        if self._bell_given_up or not self._subjects:
             return False
         try:
             loop, nc = self._conn()
+            bell = self._bell
+            if bell is None or bell.subjects != self._subjects or self._bell_nc is not nc:
+                # New, or the stream's subjects or the connection changed: its interest is stale.
+                if bell is not None and self._bell_nc is nc:
+                    loop.run(bell.disarm(), 5)
+                self._bell, self._bell_nc = Doorbell(self._subjects), nc
             if loop.run(self._bell.arm(nc), 10):
                 return True  # armed just now: what was stored before rang nothing, so look
         except Exception as e:  # the connection is failing: the next plan's ask will say so
