@@ -16,24 +16,20 @@ from replicator.nats.wire import first_value
 T = TypeVar("T")
 
 
+async def stream_state(url: str, stream: str) -> tuple[int, int]:
+    """(messages, last sequence) of `stream` now ((0, 0) if it does not exist), on a connection
+    of its own."""
+    nc = await open_connection(url, name="harness-count")
+    try:
+        info = await stream_info(nc, stream)
+        return (0, 0) if info is None else (int(info.state.messages), int(info.state.last_seq))
+    finally:
+        await nc.close()
+
+
 async def count_messages(url: str, stream: str) -> int:
     """Messages in `stream` now (0 if it does not exist), on a connection of its own."""
-    nc = await open_connection(url, name="harness-count")
-    try:
-        info = await stream_info(nc, stream)
-        return 0 if info is None else int(info.state.messages)
-    finally:
-        await nc.close()
-
-
-async def stream_last_seq(url: str, stream: str) -> int:
-    """The last sequence `stream` stored (0 if it does not exist), on a connection of its own."""
-    nc = await open_connection(url, name="harness-count")
-    try:
-        info = await stream_info(nc, stream)
-        return 0 if info is None else int(info.state.last_seq)
-    finally:
-        await nc.close()
+    return (await stream_state(url, stream))[0]
 
 
 async def read_all(url: str, stream: str, tls: TLSFiles | None = None) -> list[RawMessage]:

@@ -43,7 +43,7 @@ from harness.scenario.truth import (
 )
 from harness.scrape import scrape
 from harness.servers import nats_cluster
-from harness.streams import count_messages, read_digested, stream_last_seq
+from harness.streams import count_messages, read_digested, stream_state
 from replicator.election import BUCKET as ELECTION_BUCKET
 from replicator.nats.jetstream import stream_info
 from replicator.sampling.extract import SenderExtractor
@@ -105,15 +105,16 @@ class Sampler:
         self._stop.set()
 
     def _run(self) -> None:
-        sources = {(h.source_url, h.hop.stream) for h in self.hops}
+        labels = {where: label for label, where in self.streams.items()}
+        every = [*self.streams.values(), *((h.source_url, h.hop.stream) for h in self.hops)]
         while not self._stop.wait(1.0):
             row: dict[str, float] = {"t": time.monotonic() - self.t0}
-            for label, (url, stream) in self.streams.items():
+            for url, stream in dict.fromkeys(every):  # one lookup a stream a second
                 with contextlib.suppress(Exception):
-                    row[label] = asyncio.run(count_messages(url, stream))
-            for url, stream in sources:
-                with contextlib.suppress(Exception):
-                    row[f"{url} {stream}.last_seq"] = asyncio.run(stream_last_seq(url, stream))
+                    messages, last_seq = asyncio.run(stream_state(url, stream))
+                    if (url, stream) in labels:
+                        row[labels[(url, stream)]] = messages
+                    row[f"{url} {stream}.last_seq"] = last_seq
             for h in self.hops:
                 with contextlib.suppress(Exception):
                     m = scrape(h.metrics_url(), worker=h.hop.name)
