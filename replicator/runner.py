@@ -70,11 +70,11 @@ class Runner:
         self.create_class_archive = create_class_archive
 
     def _raw_local_checkpoints(self) -> bool:
-        """Checkpoints on local disk without Hadoop's .crc files (replicator.spark.session):
-        only for an embedded Spark whose queries keep no state and whose checkpoints are local
-        (with s3a:// and the like Hadoop buffers through the checksummed local file system)."""
+        """Checkpoints on local disk without Hadoop's .crc files (replicator.spark.session, which
+        also keeps them for a Spark cluster): only for queries that keep no state, with local
+        checkpoints (with s3a:// and the like Hadoop buffers through the checksummed file system)."""
         local = not self.cfg.checkpoint_store or self.cfg.checkpoint_store.startswith("file:")
-        return local and self.master.startswith("local") and not any(s.sampling for s in self.streams)
+        return local and not any(s.sampling for s in self.streams)
 
     def request_stop(self, *_: object) -> None:
         if not self.stop_event.is_set():
