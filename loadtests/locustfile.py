@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,9 @@ REPORT_DIR = Path(os.environ.get("REPORT_DIR", Path(__file__).parent / "reports"
 bridge = AsyncioBridge()
 _connection: Any = None
 _node_numbers = itertools.count()
+# Acknowledged publishes by subject, written at quit (published-<pid>.json in REPORT_DIR) so a
+# count that differs from the stream's can be traced to the subjects where it differs.
+_acked_by_subject: Counter[str] = Counter()
 # Users stop publishing by themselves PUBLISH_SECONDS after the start, before locust's own
 # --run-time ends the run: nothing is in flight when locust writes its final stats.
 PUBLISH_SECONDS = float(os.environ.get("PUBLISH_SECONDS", "0"))
@@ -95,15 +100,18 @@ class RegistrationNode(User):
             self.slot, self.size, False, int(now), int(now - self.booted), self.serial, self.identity
         )
         self.serial += 1
+        subject = SUBJECT_PREFIX + self.identity
         start = time.perf_counter()
         exc: Exception | None = None
         interrupted: Interrupted | None = None
         try:
-            bridge.call(_publish(self.url, SUBJECT_PREFIX + self.identity, data), PUBLISH_TIMEOUT + 1)
+            bridge.call(_publish(self.url, subject, data), PUBLISH_TIMEOUT + 1)
         except Interrupted as stop:
             exc, interrupted = stop.error, stop
         except Exception as e:
             exc = e
+        if exc is None:
+            _acked_by_subject[subject] += 1
         self.environment.events.request.fire(
             request_type="JS",
             name="publish registration",
@@ -172,6 +180,9 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
 
 @events.quitting.add_listener
 def _on_quitting(environment: Environment, **_: Any) -> None:
+    if not isinstance(environment.runner, MasterRunner):
+        REPORT_DIR.mkdir(parents=True, exist_ok=True)
+        (REPORT_DIR / f"published-{os.getpid()}.json").write_text(json.dumps(_acked_by_subject))
     if _connection is not None and not isinstance(environment.runner, MasterRunner):
         try:
             bridge.call(_connection.drain(), 5)

@@ -56,6 +56,35 @@ async def stream_messages(url: str, stream: str, create: bool) -> int:
         await nc.close()
 
 
+async def stream_subject_counts(url: str, stream: str) -> dict[str, int]:
+    """Messages by subject (the server's first page: up to 100,000 subjects)."""
+    nc = await nats.connect(url.split(","))
+    try:
+        info = await nc.jetstream().stream_info(stream, subjects_filter=">")
+        return dict(info.state.subjects or {})
+    finally:
+        await nc.close()
+
+
+def acked_by_subject(reports: Path) -> dict[str, int]:
+    """What locust's processes wrote at quit: acknowledged publishes by subject."""
+    total: dict[str, int] = {}
+    for path in reports.glob("published-*.json"):
+        for subject, n in json.loads(path.read_text()).items():
+            total[subject] = total.get(subject, 0) + int(n)
+    return total
+
+
+def where_counts_differ(acked: dict[str, int], stored: dict[str, int], limit: int = 10) -> list[str]:
+    """One line per subject whose stored count is not locust's acknowledged count."""
+    lines = [
+        f"  {subject}: locust acknowledged {acked.get(subject, 0)}, the stream holds {stored.get(subject, 0)}"
+        for subject in sorted(set(acked) | set(stored))
+        if acked.get(subject, 0) != stored.get(subject, 0)
+    ]
+    return lines[:limit] + ([f"  ... and {len(lines) - limit} more subjects"] if len(lines) > limit else [])
+
+
 @contextlib.contextmanager
 def servers() -> Iterator[tuple[str, str]]:
     """The given SOURCE_URL/TARGET_URL, or two local nats-servers on loopback."""
@@ -148,6 +177,8 @@ def main() -> int:
     reports = Path(env("REPORT_DIR", str(HERE / "reports")))
     reports.mkdir(parents=True, exist_ok=True)
     prefix = reports / "loadtest"
+    for stale in reports.glob("published-*.json"):
+        stale.unlink()
     summary: dict[str, Any] = {"users": users, "spawn_rate": spawn, "duration": duration}
     with servers() as (source, target), tempfile.TemporaryDirectory() as work:
         before = asyncio.run(stream_messages(source, stream, create=True))
@@ -166,6 +197,10 @@ def main() -> int:
             summary["locust_seconds"] = round(time.monotonic() - t0, 1)
             ok, failed, row = locust_publish_counts(prefix)
             stored = asyncio.run(stream_messages(source, stream, create=False)) - before
+            differences: list[str] = []
+            if stored != ok and before == 0:  # the stream holds this run's messages only
+                stored_by_subject = asyncio.run(stream_subject_counts(source, stream))
+                differences = where_counts_differ(acked_by_subject(reports), stored_by_subject)
             summary.update(
                 locust_exit=code,
                 publishes_ok=ok,
@@ -181,6 +216,7 @@ def main() -> int:
     print(json.dumps(summary, indent=2))
     if stored != ok:
         print(f"MISMATCH: locust counted {ok} successful publishes, the stream received {stored}")
+        print("\n".join(differences))
         return 1
     print(f"ok: locust's {ok} successful publishes = {stored} messages received by {stream}")
     print(
