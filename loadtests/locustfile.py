@@ -178,11 +178,17 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
         gevent.spawn(_watch_replicator, environment, METRICS_URL)
 
 
-@events.quitting.add_listener
-def _on_quitting(environment: Environment, **_: Any) -> None:
-    if not isinstance(environment.runner, MasterRunner):
+@events.quit.add_listener
+def _on_quit(**_: Any) -> None:
+    # At the very end (locust fires `quitting` before a signal's stop ends the users), once per
+    # process that published (a distributed run's master has nothing to write).
+    if _acked_by_subject:
         REPORT_DIR.mkdir(parents=True, exist_ok=True)
         (REPORT_DIR / f"published-{os.getpid()}.json").write_text(json.dumps(_acked_by_subject))
+
+
+@events.quitting.add_listener
+def _on_quitting(environment: Environment, **_: Any) -> None:
     if _connection is not None and not isinstance(environment.runner, MasterRunner):
         try:
             bridge.call(_connection.drain(), 5)

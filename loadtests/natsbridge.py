@@ -3,9 +3,12 @@
 Mixing them naively fails: a loop per user inside its greenlet refuses to run
 ("Cannot run the event loop while another loop is running"), and starting the loop thread
 from `on_start` races. What works: one real OS thread (gevent's original `start_new_thread`)
-running asyncio on the original, unpatched selector, started once; greenlets submit
-coroutines with `call_soon_threadsafe` (no lock shared with the loop thread) and sleep on a gevent event that the loop thread
-sets through the hub's thread-safe callback, so waiting never blocks other users.
+running asyncio on the original, unpatched selector, started once; greenlets hand coroutines
+over with `call_soon_threadsafe` (no lock shared with the loop thread) and sleep on a gevent
+event that the loop thread sets through the hub's thread-safe callback, so waiting never blocks
+other users. Host names are looked up with the original, blocking `getaddrinfo` on the loop
+thread: asyncio's default executor would run it on a patched thread, a greenlet of a hub the
+loop thread never runs, and every connect to a name would time out.
 """
 
 from __future__ import annotations
@@ -33,10 +36,20 @@ class _Outcome:
         self.error: Exception | None = None
 
 
+class _NativeLookupLoop(asyncio.SelectorEventLoop):
+    """A loop whose name lookups block its own (native) thread instead of using an executor."""
+
+    async def getaddrinfo(  # type: ignore[override]
+        self, host: Any, port: Any, *, family: int = 0, type: int = 0, proto: int = 0, flags: int = 0
+    ) -> Any:
+        lookup = gevent.monkey.get_original("socket", "getaddrinfo")
+        return lookup(host, port, family, type, proto, flags)
+
+
 class AsyncioBridge:
     def __init__(self) -> None:
         selector_cls = gevent.monkey.get_original("selectors", "DefaultSelector")
-        self.loop = asyncio.SelectorEventLoop(selector_cls())
+        self.loop = _NativeLookupLoop(selector_cls())
         started = threading.Event()
         start_thread = gevent.monkey.get_original("_thread", "start_new_thread")
 
@@ -55,13 +68,13 @@ class AsyncioBridge:
 
         No lock is shared with the loop thread: under gevent a lock (a concurrent future's
         condition, say) is a gevent lock, and a greenlet taking one the loop thread holds can
-        hang until it is killed, its request stored and never counted (seen: 1 in ~10 runs on
-        a busy machine). The loop thread writes the outcome, then wakes the greenlet through
+        hang until it is killed, its request stored and never counted (2 of 30 runs hung so
+        on a busy machine). The loop thread writes the outcome, then wakes the greenlet through
         the hub's thread-safe callback; handing the coroutine over is a lock-free
         `call_soon_threadsafe`.
 
-        If the greenlet is killed meanwhile (locust stopping a user), the request is already
-        on the wire: wait for its outcome, so the caller can still account for it,
+        If the greenlet is killed meanwhile (locust stopping a user), the request has been
+        handed over and may be stored: wait for its outcome, so the caller can still account for it,
         and raise `Interrupted` carrying it."""
         outcome = _Outcome()
         done = gevent.event.Event()

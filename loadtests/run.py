@@ -199,8 +199,13 @@ def main() -> int:
             stored = asyncio.run(stream_messages(source, stream, create=False)) - before
             differences: list[str] = []
             if stored != ok and before == 0:  # the stream holds this run's messages only
+                acked = acked_by_subject(reports)
                 stored_by_subject = asyncio.run(stream_subject_counts(source, stream))
-                differences = where_counts_differ(acked_by_subject(reports), stored_by_subject)
+                differences = (
+                    where_counts_differ(acked, stored_by_subject)
+                    if acked
+                    else [f"  (no published-*.json in {reports}: locust ended before writing it)"]
+                )
             summary.update(
                 locust_exit=code,
                 publishes_ok=ok,
@@ -216,6 +221,8 @@ def main() -> int:
     print(json.dumps(summary, indent=2))
     if stored != ok:
         print(f"MISMATCH: locust counted {ok} successful publishes, the stream received {stored}")
+        if failed:
+            print(f"  ({failed} publishes failed: one that timed out may still have been stored)")
         print("\n".join(differences))
         return 1
     print(f"ok: locust's {ok} successful publishes = {stored} messages received by {stream}")
