@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,33 @@ def _jvm(spark: SparkSession) -> Any:
 
 
 # --- The JVM and its gateway -------------------------------------------------------------------
+
+
+def numpy_check_without_pandas() -> bool:
+    """PySpark checks every argument of every call into the JVM with its numpy converters, whose
+    checks import `pyspark.testing.utils`, which imports pandas (0.8 s at start and ~30 MB in the
+    driver, which has no other use for pandas). The same checks without that import (an object
+    can only be a numpy value once numpy is imported): True when applied; False (pandas is then
+    imported as before) when pyspark no longer has both converters."""
+    from pyspark.sql import types
+
+    scalar = getattr(types, "NumpyScalarConverter", None)
+    array = getattr(types, "NumpyArrayConverter", None)
+    if not all(callable(getattr(c, "can_convert", None)) for c in (scalar, array)):
+        log.debug("pyspark has no NumpyScalarConverter/NumpyArrayConverter.can_convert: its own checks stay")
+        return False
+
+    def scalar_can_convert(self: Any, obj: Any) -> bool:
+        np = sys.modules.get("numpy")
+        return np is not None and isinstance(obj, np.generic)
+
+    def array_can_convert(self: Any, obj: Any) -> bool:
+        np = sys.modules.get("numpy")
+        return np is not None and isinstance(obj, np.ndarray) and obj.ndim == 1
+
+    scalar.can_convert = scalar_can_convert  # type: ignore[union-attr]
+    array.can_convert = array_can_convert  # type: ignore[union-attr]
+    return True
 
 
 def gateway_started() -> bool:

@@ -29,7 +29,10 @@ log = logging.getLogger(__name__)
 # with a sampled stream keep the JVM's defaults. Not shown by a measurement either way:
 # `make bench` at 1,000,000 senders gave 12,868 and 11,220 msg/s with C2, 11,417 and 11,696
 # with C1 only, and steady-100k fell behind its compressed fleet with both settings.
-LIGHT_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+# The heap starts at 32 MB and grows as it fills, rather than at 1/64 of the machine's memory
+# (384 MB here), most of which the collector touched before its first collection: the JVM's
+# peak RSS 336 MB instead of 429 in `bench.memory_probe` (docs/performance.md).
+LIGHT_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xms32m"]
 # The JVM warns about every class it cannot archive (signed jars): keep stderr readable.
 QUIET_CDS = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 

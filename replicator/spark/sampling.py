@@ -16,9 +16,8 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -30,6 +29,9 @@ from replicator.sampling.rules import Message, SamplingParams
 from replicator.source_reader import SourceReader, SourceStreamGone
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sink import BatchResult, OrderedSink, PublishError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ def bucket_function(
     committed batch yet (senders imported from Choria's state: replicator.sampling.choria_state)."""
 
     def decide(key: Any, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
+        import pandas as pd  # in Spark's workers: the driver, copying only, never loads pandas
+
         first = (seed or {}).get(int(key[0]))  # this bucket's seed, if any
         seeded = first is not None
         table = state.decode(group_state.get[0] if group_state.exists else first)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from replicator.spark.internals import CHECKPOINT_FILE_MANAGER
+from replicator.spark.internals import CHECKPOINT_FILE_MANAGER, numpy_check_without_pandas
 from replicator.spark.pyworker import worker_python
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,7 @@ def build_session(
     """`quiet`: Spark's own log shows errors only (the replicator's loglevel is not debug).
     `raw_local_checkpoints`: see RAW_LOCAL_CONF (the config's `spark_conf` still wins). Under
     spark-submit, its JVM, master and Python settings are used: see `submitted_conf`."""
+    numpy_check_without_pandas()
     submitted = submitted_conf()
     if submitted is not None:  # the cluster's file systems: left as they are
         return _submitted_session(submitted, app_name, conf, quiet)

@@ -4,6 +4,7 @@ quietly taking that function's fallback in production (docs/design.md, "Upgradin
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -147,3 +148,29 @@ def test_a_failure_inside_spark_keeps_its_message_and_cause(spark: Any) -> None:
     assert isinstance(getattr(e, "_stackTrace", None), str), "captured exceptions no longer keep _stackTrace"
     assert any("canary reason" in t for t in internals.captured_error_texts(e))
     assert "canary reason" in _first_line(e)
+
+
+def test_numpy_values_still_reach_the_jvm_after_the_check_that_skips_pandas(spark: Any) -> None:
+    import numpy as np
+
+    assert internals.numpy_check_without_pandas(), "pyspark's numpy converters moved"
+    jvm = spark.sparkContext._jvm
+    assert jvm.java.lang.Math.abs(np.int64(-5)) == 5
+    assert jvm.java.util.Arrays.toString(np.array([1, 2, 3], dtype=np.int64)) == "[1, 2, 3]"
+
+
+def test_a_copy_only_driver_does_not_load_pandas() -> None:
+    script = (
+        "import sys\n"
+        "from replicator.spark.session import build_session\n"
+        "spark = build_session('local[1]', 'no-pandas')\n"
+        "spark.range(3).collect()\n"
+        "print('pandas loaded' if 'pandas' in sys.modules else 'no pandas')\n"
+        "spark.stop()\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=180
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "no pandas"

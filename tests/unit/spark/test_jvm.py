@@ -15,8 +15,10 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_without_an_archive_a_copy_job_gets_c1_and_a_sampling_job_the_default_jit(cache: Path) -> None:
-    assert jvm.driver_java_options() == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+def test_without_an_archive_a_copy_job_gets_c1_a_small_first_heap_and_a_sampling_job_the_defaults(
+    cache: Path,
+) -> None:
+    assert jvm.driver_java_options() == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms32m"
     assert jvm.driver_java_options(light=False) == ""
 
 
