@@ -109,6 +109,7 @@ class Runner:
             conf,
             self.create_class_archive,
             light_jvm=not any(s.sampling for s in self.streams),
+            small_first_heap=not any(r.reads_through_spark(self.master) for r in self.replications),
             raw_local_checkpoints=self._raw_local_checkpoints(),
             quiet=self.cfg.loglevel != "debug",
         )

@@ -43,10 +43,12 @@ def _jvm(spark: SparkSession) -> Any:
 
 def numpy_check_without_pandas() -> bool:
     """PySpark checks every argument of every call into the JVM with its numpy converters, whose
-    checks import `pyspark.testing.utils`, which imports pandas (0.8 s at start and ~30 MB in the
-    driver, which has no other use for pandas). The same checks without that import (an object
-    can only be a numpy value once numpy is imported): True when applied; False (pandas is then
-    imported as before) when pyspark no longer has both converters."""
+    checks import `pyspark.testing.utils`, which imports pandas (0.8 s, ~30 MB) while the session
+    starts. The same checks without that import (an object can only be a numpy value once numpy
+    is imported): True when applied; False (pandas is then imported as before) when pyspark no
+    longer has both converters. A copy still loads pandas at its first batch (pyarrow's first
+    array built from a Python list imports it), but after Spark's planner processes are gone,
+    and a standby that never copies does not load it."""
     from pyspark.sql import types
 
     scalar = getattr(types, "NumpyScalarConverter", None)
@@ -55,13 +57,14 @@ def numpy_check_without_pandas() -> bool:
         log.debug("pyspark has no NumpyScalarConverter/NumpyArrayConverter.can_convert: its own checks stay")
         return False
 
+    # getattr: a numpy another thread is still importing may not have its types yet.
     def scalar_can_convert(self: Any, obj: Any) -> bool:
-        np = sys.modules.get("numpy")
-        return np is not None and isinstance(obj, np.generic)
+        generic = getattr(sys.modules.get("numpy"), "generic", None)
+        return generic is not None and isinstance(obj, generic)
 
     def array_can_convert(self: Any, obj: Any) -> bool:
-        np = sys.modules.get("numpy")
-        return np is not None and isinstance(obj, np.ndarray) and obj.ndim == 1
+        ndarray = getattr(sys.modules.get("numpy"), "ndarray", None)
+        return ndarray is not None and isinstance(obj, ndarray) and obj.ndim == 1
 
     scalar.can_convert = scalar_can_convert  # type: ignore[union-attr]
     array.can_convert = array_can_convert  # type: ignore[union-attr]

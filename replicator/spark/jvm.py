@@ -29,10 +29,13 @@ log = logging.getLogger(__name__)
 # with a sampled stream keep the JVM's defaults. Not shown by a measurement either way:
 # `make bench` at 1,000,000 senders gave 12,868 and 11,220 msg/s with C2, 11,417 and 11,696
 # with C1 only, and steady-100k fell behind its compressed fleet with both settings.
-# The heap starts at 32 MB and grows as it fills, rather than at 1/64 of the machine's memory
-# (384 MB here), most of which the collector touched before its first collection: the JVM's
-# peak RSS 336 MB instead of 429 in `bench.memory_probe` (docs/performance.md).
-LIGHT_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xms32m"]
+LIGHT_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+# When no batch's rows pass through the JVM (the driver reads every copy batch itself): the heap
+# starts at 32 MB and grows as it fills, rather than at 1/64 of the machine's memory (384 MB
+# here), most of which the collector touched before its first collection. `bench.memory_probe`:
+# the JVM's peak RSS 340 MB instead of 429 (docs/performance.md). Batches read by Spark's tasks
+# (lanes, `driver_reads: small`, a cluster) keep the default first heap.
+SMALL_FIRST_HEAP = ["-Xms32m"]
 # The JVM warns about every class it cannot archive (signed jars): keep stderr readable.
 QUIET_CDS = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 
@@ -67,8 +70,10 @@ def partial_path(archive: Path) -> Path:
     return archive.with_name(f"{archive.name}.{os.getpid()}.partial")
 
 
-def driver_java_options(create_archive: bool = False, light: bool = True) -> str:
+def driver_java_options(create_archive: bool = False, light: bool = True, small_heap: bool = False) -> str:
     opts = list(LIGHT_JVM_OPTIONS) if light else []
+    if light and small_heap:
+        opts += SMALL_FIRST_HEAP
     archive = archive_path()
     if archive is not None and create_archive:
         archive.parent.mkdir(parents=True, exist_ok=True)

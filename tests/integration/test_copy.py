@@ -13,6 +13,7 @@ from helpers import (
     registration,
     run,
     start_replicator,
+    tree,
     tree_commands,
     wait_for,
     write_config,
@@ -150,7 +151,9 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
 ) -> None:
     """Spark keeps the Python processes that planned the query (~420 MB) for the session's life;
     the replicator stops them once the query runs (replicator.spark.planners), and a later query
-    start (after a failed batch, say) gets new ones."""
+    start (after a failed batch, say) gets new ones. A copy-only process is kept light meanwhile
+    (docs/performance.md): its JVM's heap starts small, and the Python processes beside the
+    driver import the installed pyspark, not its zip."""
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "EVENTS", ["events.>"]))
     run(publish(src, [(f"events.{i % 5}", registration(i), None) for i in range(2000)]))
@@ -167,6 +170,15 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
         wait_for(lambda: not planners(), 30, "planner processes gone", rep)
         # Nor were task workers started: embedded, the driver reads every copy batch itself.
         assert not any("pyspark.daemon pyspark.worker" in c for c in tree_commands(rep.proc.pid))
+        processes = tree(rep.proc.pid)
+        assert any("java" in c and " -Xms32m " in f" {c} " for c in processes.values()), processes
+        runners = [pid for pid, c in processes.items() if "python_streaming_source_runner" in c]
+        assert runners, processes
+        for pid in runners:
+            env = dict(
+                kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in kv
+            )
+            assert "pyspark.zip" not in env.get("PYTHONPATH", ""), env.get("PYTHONPATH")
         run(publish(src, [(f"events.{i % 5}", registration(i), None) for i in range(2000, 2500)]))
         wait_for(lambda: run(count(dst, "EVENTS")) >= 2500, 60, "new messages copied", rep)
         assert not planners()

@@ -159,7 +159,7 @@ def test_numpy_values_still_reach_the_jvm_after_the_check_that_skips_pandas(spar
     assert jvm.java.util.Arrays.toString(np.array([1, 2, 3], dtype=np.int64)) == "[1, 2, 3]"
 
 
-def test_a_copy_only_driver_does_not_load_pandas() -> None:
+def test_starting_a_session_does_not_load_pandas() -> None:
     script = (
         "import sys\n"
         "from replicator.spark.session import build_session\n"
