@@ -16,10 +16,13 @@ package. Anything else on PYTHONPATH (say, spark-submit's --py-files) is kept.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shlex
 import tempfile
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 _SCRIPT = """#!/bin/sh
 # Written by stream-replicator (replicator/spark/pyworker.py): runs {python} with
@@ -53,13 +56,22 @@ def worker_python(python: str, directory: Path | None = None) -> str:
     if not installed_pyspark():
         return python
     base = directory or Path(tempfile.gettempdir()) / f"stream-replicator-{os.getuid()}"
-    base.mkdir(mode=0o700, parents=True, exist_ok=True)
     text = _SCRIPT.format(python=python, quoted=shlex.quote(python))
     path = base / f"python-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-    if not path.exists() or path.read_text() != text:
-        # Atomically: another replicator on this host may be starting from the same file.
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.chmod(0o755)
-        os.replace(tmp, path)
+    try:
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not path.exists() or path.read_text() != text:
+            # Atomically: another replicator on this host may be starting from the same file.
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            os.replace(tmp, path)
+    except OSError as e:  # a read-only temporary directory, say: slower starts, nothing else
+        log.warning(
+            "could not write %s (%s); Spark's Python processes start from pyspark's zip, "
+            "about 1 s slower each (set TMPDIR to a writable directory)",
+            path,
+            e,
+        )
+        return python
     return str(path)

@@ -55,7 +55,7 @@ def bucket_function(
     committed batch yet (senders imported from Choria's state: replicator.sampling.choria_state)."""
 
     def decide(key: Any, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
-        import pandas as pd  # in Spark's workers: the driver, copying only, never loads pandas
+        import pandas as pd  # runs in Spark's workers; the driver has no use for pandas
 
         first = (seed or {}).get(int(key[0]))  # this bucket's seed, if any
         seeded = first is not None

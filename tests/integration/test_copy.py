@@ -146,14 +146,19 @@ def test_a_source_stream_that_sources_others_is_copied_whole(
     assert all(first_value(m.headers, "Nats-Stream-Source") is None for m in got)
 
 
+def _environ(pid: int) -> dict[str, str]:
+    text = Path(f"/proc/{pid}/environ").read_text()
+    return dict(kv.split("=", 1) for kv in text.split("\0") if "=" in kv)
+
+
 def test_spark_planner_processes_are_released_and_the_copy_goes_on(
     source_server, nats_server, tmp_path: Path
 ) -> None:
     """Spark keeps the Python processes that planned the query (~420 MB) for the session's life;
     the replicator stops them once the query runs (replicator.spark.planners), and a later query
     start (after a failed batch, say) gets new ones. A copy-only process is kept light meanwhile
-    (docs/performance.md): its JVM's heap starts small, and the Python processes beside the
-    driver import the installed pyspark, not its zip."""
+    (docs/performance.md): its JVM's heap starts small, and the Python processes Spark starts
+    import the installed pyspark, not its zip."""
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "EVENTS", ["events.>"]))
     run(publish(src, [(f"events.{i % 5}", registration(i), None) for i in range(2000)]))
@@ -172,13 +177,14 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
         assert not any("pyspark.daemon pyspark.worker" in c for c in tree_commands(rep.proc.pid))
         processes = tree(rep.proc.pid)
         assert any("java" in c and " -Xms32m " in f" {c} " for c in processes.values()), processes
+        # The JVM starts the data source lookup with PYSPARK_DRIVER_PYTHON, and the stream's
+        # runner with the data source's interpreter: both through the script that drops the zip.
+        jvm = next(pid for pid, c in processes.items() if "java" in c.split(" ", 1)[0])
+        assert Path(_environ(jvm)["PYSPARK_DRIVER_PYTHON"]).name.startswith("python-"), _environ(jvm)
         runners = [pid for pid, c in processes.items() if "python_streaming_source_runner" in c]
         assert runners, processes
         for pid in runners:
-            env = dict(
-                kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in kv
-            )
-            assert "pyspark.zip" not in env.get("PYTHONPATH", ""), env.get("PYTHONPATH")
+            assert "pyspark.zip" not in _environ(pid).get("PYTHONPATH", ""), _environ(pid)
         run(publish(src, [(f"events.{i % 5}", registration(i), None) for i in range(2000, 2500)]))
         wait_for(lambda: run(count(dst, "EVENTS")) >= 2500, 60, "new messages copied", rep)
         assert not planners()

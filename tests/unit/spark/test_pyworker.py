@@ -3,10 +3,13 @@ else on PYTHONPATH stays."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from replicator.spark.pyworker import worker_python
 
@@ -42,3 +45,13 @@ def test_arguments_reach_the_interpreter_unchanged(tmp_path: Path) -> None:
         check=True,
     ).stdout
     assert out.strip() == "['a b', '$HOME', '*']"
+
+
+def test_a_directory_that_cannot_be_written_falls_back_to_the_interpreter_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    with caplog.at_level(logging.WARNING, logger="replicator.spark.pyworker"):
+        assert worker_python(sys.executable, blocked / "scripts") == sys.executable
+    assert "set TMPDIR to a writable directory" in caplog.text
