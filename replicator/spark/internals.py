@@ -189,6 +189,8 @@ class PythonWorkerDaemon:
     module: str
     idle: bool
     factory: Any
+    daemon: Any = None  # its java.lang.Process when listed
+    jvm: Any = None
 
     def stop(self) -> None:
         """End the daemon and its idle workers; the factory starts a new daemon when needed.
@@ -204,6 +206,10 @@ class PythonWorkerDaemon:
         deadline = time.monotonic() + 2.0
         while any(Path(f"/proc/{pid}").exists() for pid in daemons) and time.monotonic() < deadline:
             time.sleep(0.02)
+        if daemons and self.jvm is not None:
+            now = _private_field(self.jvm, _FACTORY, "daemon", self.factory)
+            if now is not None and not self.jvm.java.util.Objects.equals(now, self.daemon):
+                return  # a request meanwhile started a new daemon, whose worker is in use: keep it
         self.factory.stop()
 
 
@@ -249,10 +255,10 @@ def python_worker_daemons(spark: SparkSession) -> list[PythonWorkerDaemon]:
     daemons = []
     for key in list(workers.keySet()):
         factory = workers.get(key)
-        running = _private_field(jvm, _FACTORY, "daemon", factory) is not None
+        process = _private_field(jvm, _FACTORY, "daemon", factory)
         started = _private_field(jvm, _FACTORY, "daemonWorkers", factory)
-        idle = running and int(started.size()) == int(factory.idleWorkers().size())
-        daemons.append(PythonWorkerDaemon(str(key.workerModule()), idle, factory))
+        idle = process is not None and int(started.size()) == int(factory.idleWorkers().size())
+        daemons.append(PythonWorkerDaemon(str(key.workerModule()), idle, factory, process, jvm))
     return daemons
 
 

@@ -42,8 +42,9 @@ def test_latency_cut_half_open_and_restore(nats_server: NatsCluster) -> None:
             await asyncio.sleep(1.0)
             assert events[:1] == ["disconnected"] and nc.is_reconnecting
             proxy.restore()
-            for _ in range(50):
-                if nc.is_connected:
+            # nats-py marks itself connected before it runs the reconnected callback: wait for both.
+            for _ in range(150):
+                if nc.is_connected and events[-1] == "reconnected":
                     break
                 await asyncio.sleep(0.1)
             assert events[-1] == "reconnected"
