@@ -45,6 +45,14 @@ def _jvm(spark: SparkSession) -> Any:
 
 # --- The JVM and its gateway -------------------------------------------------------------------
 
+# When the first Python data source is registered, Spark looks for third-party ones (`pyspark_*`
+# packages) in a Python process of its own, started with the interpreter the JVM finds in its
+# PYSPARK_DRIVER_PYTHON, and only when that names a command it can find (DataSourceManager's
+# `shouldLoadPythonDataSources`; the JVM reads that variable for nothing else here). The
+# replicator registers its own source and uses no other: a name no command has skips the lookup,
+# its ~0.8 s and its two processes. Should a pyspark look elsewhere, the lookup runs as before.
+NO_DATA_SOURCE_LOOKUP = "stream-replicator-no-python-data-source-lookup"
+
 
 def numpy_check_without_pandas() -> bool:
     """PySpark checks every argument of every call into the JVM with its numpy converters, whose

@@ -11,7 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from replicator.spark.internals import CHECKPOINT_FILE_MANAGER, numpy_check_without_pandas
+from replicator.spark.internals import (
+    CHECKPOINT_FILE_MANAGER,
+    NO_DATA_SOURCE_LOOKUP,
+    numpy_check_without_pandas,
+)
 from replicator.spark.pyworker import worker_python
 
 log = logging.getLogger(__name__)
@@ -93,15 +97,12 @@ def build_session(
     # Set before the JVM starts, so it and every Python worker it starts inherit it.
     os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     # In local mode the workers start through a script that lets them import the compiled
-    # pyspark package rather than its zip (replicator.spark.pyworker): ~3x faster starts.
+    # pyspark package rather than its zip (replicator.spark.pyworker): ~3x faster starts. The
+    # planner steps of a query start and a stream's runner take the data source's interpreter,
+    # PYSPARK_PYTHON, too.
     workers = worker_python(py) if master.startswith("local") else py
-    # Spark looks up Python data sources in a process of its own on this host, started with the
-    # interpreter the JVM finds in PYSPARK_DRIVER_PYTHON (the later planner steps and a stream's
-    # runner take the data source's, PYSPARK_PYTHON): through the script too, whatever the
-    # master. From the zip it took ~1.1 s to start instead of ~0.25 s, on every start.
-    beside_driver = worker_python(py)
     os.environ["PYSPARK_PYTHON"] = workers
-    os.environ["PYSPARK_DRIVER_PYTHON"] = beside_driver
+    os.environ["PYSPARK_DRIVER_PYTHON"] = NO_DATA_SOURCE_LOOKUP  # read by the JVM only
     from pyspark.sql import SparkSession
 
     from replicator.spark.datasource import NatsJetStreamDataSource
@@ -110,7 +111,6 @@ def build_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     merged = dict(DEFAULT_CONF)
     merged["spark.pyspark.python"] = workers
-    merged["spark.pyspark.driver.python"] = beside_driver
     merged["spark.executorEnv.PYSPARK_PYTHON"] = workers
     if not master.startswith("local"):
         # On a cluster the driver must be reachable from executors on other hosts.

@@ -26,6 +26,7 @@ from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, parse_source_header
 from replicator.nats.wire import first_value
+from replicator.spark.internals import NO_DATA_SOURCE_LOOKUP
 
 pytestmark = pytest.mark.integration
 
@@ -177,10 +178,11 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
         assert not any("pyspark.daemon pyspark.worker" in c for c in tree_commands(rep.proc.pid))
         processes = tree(rep.proc.pid)
         assert any("java" in c and " -Xms32m " in f" {c} " for c in processes.values()), processes
-        # The JVM starts the data source lookup with PYSPARK_DRIVER_PYTHON, and the stream's
-        # runner with the data source's interpreter: both through the script that drops the zip.
+        # The JVM finds no command in PYSPARK_DRIVER_PYTHON, so it looks up no third-party data
+        # sources; it starts the stream's runner with the data source's interpreter, through the
+        # script that drops pyspark's zip.
         jvm = next(pid for pid, c in processes.items() if "java" in c.split(" ", 1)[0])
-        assert Path(_environ(jvm)["PYSPARK_DRIVER_PYTHON"]).name.startswith("python-"), _environ(jvm)
+        assert _environ(jvm)["PYSPARK_DRIVER_PYTHON"] == NO_DATA_SOURCE_LOOKUP, _environ(jvm)
         runners = [pid for pid, c in processes.items() if "python_streaming_source_runner" in c]
         assert runners, processes
         for pid in runners:

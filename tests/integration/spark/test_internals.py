@@ -118,6 +118,15 @@ def test_the_offset_log_entry_names_the_batch_range(spark: Any, one_query: Any) 
     assert batch_offsets(files, 0) == (1, 11, None)
 
 
+def test_registering_a_data_source_starts_no_lookup_of_others(spark: Any, one_query: Any) -> None:
+    """The session's JVM finds no command in PYSPARK_DRIVER_PYTHON, so Spark skips its search for
+    third-party Python data sources (NO_DATA_SOURCE_LOOKUP): no planner process ran it, while
+    the query's own planner steps did run (the list is not empty for another reason)."""
+    modules = [d.module for d in internals.python_worker_daemons(spark)]
+    assert "pyspark.sql.worker.create_data_source" in modules, modules
+    assert "pyspark.sql.worker.lookup_data_sources" not in modules, "Spark looked up Python data sources"
+
+
 def test_the_planner_processes_are_found_and_released(spark: Any, one_query: Any) -> None:
     daemons = internals.python_worker_daemons(spark)
     planners = [d.module for d in daemons if d.module.startswith(PLANNER_MODULE_PREFIX)]
