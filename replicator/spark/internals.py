@@ -50,8 +50,24 @@ def _jvm(spark: SparkSession) -> Any:
 # PYSPARK_DRIVER_PYTHON, and only when that names a command it can find (DataSourceManager's
 # `shouldLoadPythonDataSources`; the JVM reads that variable for nothing else here). The
 # replicator registers its own source and uses no other: a name no command has skips the lookup,
-# its ~0.8 s and its two processes. Should a pyspark look elsewhere, the lookup runs as before.
+# its ~0.5 s and its two processes. A pyspark without that check would start the lookup with
+# this name, fail, and log a warning at each session start: data_source_lookup_skipped (checked
+# by test_internals) says which this Spark does. Under spark-submit the JVM is not ours to start.
 NO_DATA_SOURCE_LOOKUP = "stream-replicator-no-python-data-source-lookup"
+_DATA_SOURCE_MANAGER = "org.apache.spark.sql.execution.datasources.DataSourceManager$"
+
+# No code generated for plans whose rows never pass through them: a copy batch read by the driver
+# itself still has Spark prepare its DataFrame for foreachBatch, generating (and, the first time,
+# compiling) code that never runs. Whole-stage codegen is a public setting; the factory mode
+# (expressions evaluated without generated code) is an internal one, which Spark's own tests use.
+# test_internals checks that nothing is compiled under both.
+NO_CODEGEN_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
+def codegen_compilations(spark: SparkSession) -> int:
+    """How many classes Spark's code generator has compiled in this JVM (its codegen metrics)."""
+    metrics = _jvm(spark).org.apache.spark.metrics.source.CodegenMetrics
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
 
 
 def numpy_check_without_pandas() -> bool:
@@ -82,6 +98,17 @@ def numpy_check_without_pandas() -> bool:
     scalar.can_convert = scalar_can_convert  # type: ignore[union-attr]
     array.can_convert = array_can_convert  # type: ignore[union-attr]
     return True
+
+
+def data_source_lookup_skipped(spark: SparkSession) -> bool:
+    """Whether Spark decided not to look up third-party Python data sources (its lazy
+    `shouldLoadPythonDataSources`, read after the session registered a data source). Raises
+    where this Spark decides another way (a field renamed or gone)."""
+    jvm = _jvm(spark)
+    decided = _private_field(jvm, _DATA_SOURCE_MANAGER, "bitmap$0", None)
+    return bool(decided) and not _private_field(
+        jvm, _DATA_SOURCE_MANAGER, "shouldLoadPythonDataSources", None
+    )
 
 
 def gateway_started() -> bool:

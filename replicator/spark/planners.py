@@ -1,10 +1,11 @@
 """Stop the Python processes Spark keeps after planning a query.
 
-Starting a query on a Python data source runs three short planner steps (look up data sources,
-create the source, plan its reads), each in a worker forked by its own `pyspark.daemon`. Spark
-keeps each daemon for the life of the session, and its last worker for a minute: six idle
-processes, ~420 MB summed RSS in a one-off sample of the replicator's process tree during a
-`make bench`-sized copy, about a fifth of it. Neither `spark.python.factory.idleWorkerMaxPoolSize` (at least 1) nor
+Starting a query on a Python data source runs short planner steps (create the source, plan its
+reads; under spark-submit also a lookup of other data sources, which the replicator's own JVM
+skips: replicator.spark.internals.NO_DATA_SOURCE_LOOKUP), each in a worker forked by its own
+`pyspark.daemon`. Spark keeps each daemon for the life of the session, and its last worker for
+a minute: with the lookup, six idle processes, ~420 MB summed RSS in a one-off sample of the
+replicator's process tree during a `make bench`-sized copy, about a fifth of it. Neither `spark.python.factory.idleWorkerMaxPoolSize` (at least 1) nor
 `spark.python.worker.killOnIdleTimeout` (inside tasks only) releases them.
 
 Spark keeps these processes in a private map of its `SparkEnv`, with no public way to stop them,

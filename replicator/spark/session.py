@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from replicator.spark.internals import (
     CHECKPOINT_FILE_MANAGER,
+    NO_CODEGEN_CONF,
     NO_DATA_SOURCE_LOOKUP,
     numpy_check_without_pandas,
 )
@@ -78,12 +79,15 @@ def build_session(
     create_class_archive: bool = False,
     light_jvm: bool = True,
     small_first_heap: bool = False,
+    plans_only: bool = False,
     quiet: bool = True,
     raw_local_checkpoints: bool = False,
 ) -> SparkSession:
     """`quiet`: Spark's own log shows errors only (the replicator's loglevel is not debug).
     `raw_local_checkpoints`: see RAW_LOCAL_CONF (the config's `spark_conf` still wins).
-    `light_jvm`, `small_first_heap`: see replicator.spark.jvm. Under
+    `light_jvm`, `small_first_heap`: see replicator.spark.jvm. `plans_only`: embedded, the driver
+    reads every batch itself, so Spark's plans for them do not run (but for a batch the driver
+    could not read) and no code is generated for them (NO_CODEGEN_CONF). Under
     spark-submit, its JVM, master and Python settings are used: see `submitted_conf`."""
     numpy_check_without_pandas()
     submitted = submitted_conf()
@@ -123,6 +127,8 @@ def build_session(
         f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG}" if quiet else "",
         user.pop("spark.driver.extraJavaOptions", ""),
     ]
+    if plans_only and master.startswith("local"):
+        merged.update(NO_CODEGEN_CONF)
     if quiet:
         merged["spark.log.level"] = "ERROR"
     merged["spark.driver.extraJavaOptions"] = " ".join(o for o in java_opts if o)

@@ -26,7 +26,7 @@ from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, parse_source_header
 from replicator.nats.wire import first_value
-from replicator.spark.internals import NO_DATA_SOURCE_LOOKUP
+from replicator.spark.internals import NO_CODEGEN_CONF, NO_DATA_SOURCE_LOOKUP
 
 pytestmark = pytest.mark.integration
 
@@ -178,6 +178,9 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
         assert not any("pyspark.daemon pyspark.worker" in c for c in tree_commands(rep.proc.pid))
         processes = tree(rep.proc.pid)
         assert any("java" in c and " -Xms32m " in f" {c} " for c in processes.values()), processes
+        # Nor does any batch's plan run: Spark generates no code for them (NO_CODEGEN_CONF).
+        for key, value in NO_CODEGEN_CONF.items():
+            assert any("java" in c and f"{key}={value}" in c for c in processes.values()), processes
         # The JVM finds no command in PYSPARK_DRIVER_PYTHON, so it looks up no third-party data
         # sources; it starts the stream's runner with the data source's interpreter, through the
         # script that drops pyspark's zip.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,23 @@ def test_each_batchs_steps_reach_the_metrics_and_a_slow_one_is_logged() -> None:
     assert lines[-1] == "batch 9 took 5.6 s (addBatch 5.5 s); 12 rows"
     assert committed == [True] * 3  # each of its batches told the entry (not the other query's)
     stream.log.removeHandler(handler)
+
+
+def test_a_spark_master_in_spark_conf_is_the_master_every_choice_is_made_from(tmp_path: Path) -> None:
+    """It wins over --spark-master when the session starts, so the driver's reads, the JVM's
+    heap and code generation are chosen for that master, not for the one it replaced."""
+    from replicator.config import Config
+
+    def master(spark_conf: dict[str, str], cli: str | None) -> str:
+        cfg = Config.model_validate({"name": "dc1", "state_store": str(tmp_path), "spark_conf": spark_conf,
+                                     "streams": [{"stream": "S", "source_url": "nats://127.0.0.1:1",
+                                                  "target_url": "nats://127.0.0.1:2"}]})  # fmt: skip
+        runner = Runner(cfg, cfg.streams, cli)
+        try:
+            return runner.master
+        finally:
+            runner.loop.stop()
+
+    assert master({"spark.master": "spark://spark-1:7077"}, "local[2]") == "spark://spark-1:7077"
+    assert master({}, "local[2]") == "local[2]"
+    assert master({}, None) == "local[*]"

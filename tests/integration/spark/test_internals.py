@@ -119,9 +119,11 @@ def test_the_offset_log_entry_names_the_batch_range(spark: Any, one_query: Any) 
 
 
 def test_registering_a_data_source_starts_no_lookup_of_others(spark: Any, one_query: Any) -> None:
-    """The session's JVM finds no command in PYSPARK_DRIVER_PYTHON, so Spark skips its search for
-    third-party Python data sources (NO_DATA_SOURCE_LOOKUP): no planner process ran it, while
-    the query's own planner steps did run (the list is not empty for another reason)."""
+    """The session's JVM finds no command in PYSPARK_DRIVER_PYTHON, so Spark decides to skip its
+    search for third-party Python data sources (NO_DATA_SOURCE_LOOKUP; a Spark that no longer
+    decides so fails the first check, not only the second): no planner process ran it, while the
+    query's own planner steps did run (the list is not empty for another reason)."""
+    assert internals.data_source_lookup_skipped(spark), "Spark decided to look up Python data sources"
     modules = [d.module for d in internals.python_worker_daemons(spark)]
     assert "pyspark.sql.worker.create_data_source" in modules, modules
     assert "pyspark.sql.worker.lookup_data_sources" not in modules, "Spark looked up Python data sources"
@@ -183,3 +185,38 @@ def test_starting_a_session_does_not_load_pandas() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "no pandas"
+
+
+def test_a_session_whose_plans_never_run_compiles_no_code(spark: Any, tmp_path: Path) -> None:
+    """NO_CODEGEN_CONF (a copy-only process whose driver reads every batch): preparing a
+    streaming batch's DataFrame for foreachBatch compiles nothing, where by default it does."""
+
+    def compiled_by_a_batch(expression: str, name: str) -> int:
+        counts: list[int] = []
+        ran = threading.Event()
+        before = internals.codegen_compilations(spark)
+
+        def sink(df: Any, batch_id: int) -> None:
+            counts.append(internals.codegen_compilations(spark) - before)  # the DataFrame is ready
+            ran.set()
+
+        query = (
+            spark.readStream.format("canary_counting").load().selectExpr(expression)
+            .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / name)).start()
+        )  # fmt: skip
+        try:
+            assert ran.wait(120), f"no batch ran: {query.exception()}"
+        finally:
+            query.stop()
+        return counts[0]
+
+    for key, value in internals.NO_CODEGEN_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        assert compiled_by_a_batch("seq * 7919 + 3 AS x", "without") == 0
+    finally:
+        for key in internals.NO_CODEGEN_CONF:
+            spark.conf.unset(key)
+    assert compiled_by_a_batch("seq * 7919 + 4 AS x", "with") > 0, (
+        "codegen metrics no longer count compilations"
+    )
