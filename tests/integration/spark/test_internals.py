@@ -11,10 +11,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from helpers import create_stream, publish_raw, run
 from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from replicator.options import ReaderOptions
 from replicator.runner import _first_line
 from replicator.spark import internals
 from replicator.spark.checkpoint import open_checkpoint
@@ -220,3 +223,43 @@ def test_a_session_whose_plans_never_run_compiles_no_code(spark: Any, tmp_path: 
     assert compiled_by_a_batch("seq * 7919 + 4 AS x", "with") > 0, (
         "codegen metrics no longer count compilations"
     )
+
+
+def test_rows_spark_reads_without_generated_code_are_the_rows_it_reads_with_it(
+    spark: Any, nats_server: Any, tmp_path: Path
+) -> None:
+    """Under NO_CODEGEN_CONF a copy batch the driver could not read goes through Spark, evaluated
+    without generated code: its rows (a header name repeated, in order; empty and binary
+    payloads) are exactly those Spark gives with generated code."""
+    url = nats_server.url
+    run(create_stream(url, "RAW", ["raw.>"]))
+    items = [
+        ("raw.a", b"", [("X-Dup", "1"), ("X-Dup", "2"), ("X-Empty", "")]),
+        ("raw.b", bytes(range(256)), []),
+        ("raw.c", b"x" * 5000, [("Nats-Msg-Id", "m3")]),
+    ]
+    run(publish_raw(url, items))
+
+    def read(name: str) -> pa.Table:
+        tables: list[pa.Table] = []
+        query = (
+            spark.readStream.format("nats-jetstream").options(**ReaderOptions(url=url, stream="RAW").to_spark())
+            .load().writeStream.foreachBatch(lambda df, _: tables.append(df.toArrow()))
+            .option("checkpointLocation", str(tmp_path / name)).trigger(availableNow=True).start()
+        )  # fmt: skip
+        assert query.awaitTermination(120), "the read did not end"
+        return pa.concat_tables(tables)
+
+    with_code = read("with")
+    for key, value in internals.NO_CODEGEN_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        before = internals.codegen_compilations(spark)
+        without = read("without")
+        assert internals.codegen_compilations(spark) == before
+    finally:
+        for key in internals.NO_CODEGEN_CONF:
+            spark.conf.unset(key)
+    assert without.equals(with_code)
+    assert without.column("data").to_pylist() == [data for _, data, _ in items]
+    assert without.column("headers").to_pylist()[0] == [("X-Dup", "1"), ("X-Dup", "2"), ("X-Empty", "")]
