@@ -6,6 +6,7 @@ Every problem becomes one line that names the key and says how to fix it (`Confi
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -469,8 +470,10 @@ def _location(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
+            continue
+        # A key the user wrote may hold a newline or spaces: quoted, the error stays one line.
+        name = part if part.isprintable() and not any(c.isspace() for c in part) else json.dumps(part)
+        out += f".{name}" if out else name
     return out
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from replicator.config import Config, ConfigError, load_config
@@ -57,6 +57,7 @@ def _load(text: str) -> Config | str:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(DOCUMENTS)
+@example({"streams": [], "name": "n", "tls": {"\n": None}})  # an unknown key holding a newline
 def test_any_yaml_document_is_a_config_or_one_error_line(doc: Any) -> None:
     out = _load(yaml.safe_dump(doc, allow_unicode=True))
     if isinstance(out, str):
