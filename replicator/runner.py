@@ -114,8 +114,7 @@ class Runner:
             conf,
             self.create_class_archive,
             light_jvm=not any(s.sampling for s in self.streams),
-            small_first_heap=rows_stay_out,
-            plans_only=rows_stay_out,
+            driver_reads_all=rows_stay_out,
             raw_local_checkpoints=self._raw_local_checkpoints(),
             quiet=self.cfg.loglevel != "debug",
         )

@@ -78,16 +78,16 @@ def build_session(
     conf: dict[str, str] | None = None,
     create_class_archive: bool = False,
     light_jvm: bool = True,
-    small_first_heap: bool = False,
-    plans_only: bool = False,
+    driver_reads_all: bool = False,
     quiet: bool = True,
     raw_local_checkpoints: bool = False,
 ) -> SparkSession:
     """`quiet`: Spark's own log shows errors only (the replicator's loglevel is not debug).
     `raw_local_checkpoints`: see RAW_LOCAL_CONF (the config's `spark_conf` still wins).
-    `light_jvm`, `small_first_heap`: see replicator.spark.jvm. `plans_only`: embedded, the driver
-    reads every batch itself, so Spark's plans for them do not run (but for a batch the driver
-    could not read) and no code is generated for them (NO_CODEGEN_CONF). Under
+    `light_jvm`: see replicator.spark.jvm. `driver_reads_all`: the driver reads every batch itself,
+    so no batch's rows pass through the JVM (but for a batch the driver could not read): its
+    heap starts small (replicator.spark.jvm) and, embedded, Spark generates no code for the
+    batches' plans (NO_CODEGEN_CONF). Under
     spark-submit, its JVM, master and Python settings are used: see `submitted_conf`."""
     numpy_check_without_pandas()
     submitted = submitted_conf()
@@ -123,11 +123,11 @@ def build_session(
     user = dict(conf or {})
     # Ours first: the JVM takes the last of repeated flags, so the user's options win.
     java_opts = [
-        driver_java_options(create_class_archive, light=light_jvm, small_heap=small_first_heap),
+        driver_java_options(create_class_archive, light=light_jvm, small_heap=driver_reads_all),
         f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG}" if quiet else "",
         user.pop("spark.driver.extraJavaOptions", ""),
     ]
-    if plans_only and master.startswith("local"):
+    if driver_reads_all and master.startswith("local"):
         merged.update(NO_CODEGEN_CONF)
     if quiet:
         merged["spark.log.level"] = "ERROR"

@@ -178,7 +178,8 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
         assert not any("pyspark.daemon pyspark.worker" in c for c in tree_commands(rep.proc.pid))
         processes = tree(rep.proc.pid)
         assert any("java" in c and " -Xms32m " in f" {c} " for c in processes.values()), processes
-        # Nor does any batch's plan run: Spark generates no code for them (NO_CODEGEN_CONF).
+        # Nor does Spark generate code for the batches' plans, which run only for a batch the
+        # driver could not read (NO_CODEGEN_CONF).
         for key, value in NO_CODEGEN_CONF.items():
             assert any("java" in c and f"{key}={value}" in c for c in processes.values()), processes
         # The JVM finds no command in PYSPARK_DRIVER_PYTHON, so it looks up no third-party data
