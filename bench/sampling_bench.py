@@ -2,10 +2,11 @@
 decides and publishes (copies and reliable advisories) with sampling on, against the plain
 nats-py copier on the same 100,000 messages in the same run.
 
-For each sender count the source holds `senders + 100,000` ~1 KB messages: first one from each
-sender (all new: copied and advised), then 100,000 more spread over the same senders, which
-are measured, so the rate is taken with the whole sender table in Spark's state. The rate is
-read from the replicator's own `total_messages` counter.
+For each sender count the source holds `senders + measured` ~1 KB messages: first one from each
+sender (all new: copied and advised), then `--measured` (100,000) more spread over the same
+senders, which are measured, so the rate is taken with the whole sender table in Spark's state.
+The rate is read from the replicator's own `total_messages` counter; the CPU each kind of process
+spent per measured message is printed too.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import yaml
 from nats.js.api import StreamConfig
 
 from bench.copy_bench import PLAIN_COPIER, fill, run_copier
-from bench.proctree import PeakRSS
+from bench.proctree import CpuSplit, PeakRSS
 from harness.localnats import free_port, local_cluster
 from harness.process import ReplicatorProcess
 from harness.scrape import scrape
@@ -46,7 +47,16 @@ async def fill_senders(url: str, senders: int, extra: int, size: int) -> None:
     await nc.close()
 
 
-def run_sampling(src: str, dst: str, work: Path, total: int, senders: int, batch: int) -> dict[str, Any]:
+def run_sampling(
+    src: str,
+    dst: str,
+    work: Path,
+    total: int,
+    senders: int,
+    batch: int,
+    measured: int = MEASURED,
+    spark_conf: dict[str, str] | None = None,
+) -> dict[str, Any]:
     port = free_port()
     cfg = work / f"sampling-{senders}.yaml"
     cfg.write_text(
@@ -55,6 +65,7 @@ def run_sampling(src: str, dst: str, work: Path, total: int, senders: int, batch
                 "name": "bench",
                 "state_store": str(work / f"state-{senders}"),
                 "monitor_port": port,
+                "spark_conf": spark_conf or {},
                 "streams": [
                     {
                         "stream": "FLEET",
@@ -74,8 +85,9 @@ def run_sampling(src: str, dst: str, work: Path, total: int, senders: int, batch
     assert rep.proc is not None
     proc = rep.proc
     url = rep.metrics_url
-    start_at = total - MEASURED
+    start_at = total - measured
     t_start = t_end = 0.0
+    cpu = CpuSplit(proc.pid)
     try:
         with PeakRSS(proc.pid) as rss:
             deadline = time.monotonic() + 3600
@@ -87,8 +99,10 @@ def run_sampling(src: str, dst: str, work: Path, total: int, senders: int, batch
                 now = time.monotonic()
                 if not t_start and got >= start_at:
                     t_start, base = now, got
+                    cpu.start()
                 if got >= total:
                     t_end = now
+                    cpu.stop()
                     break
                 if proc.poll() is not None:
                     raise SystemExit("replicator exited during the sampling bench")
@@ -105,6 +119,9 @@ def run_sampling(src: str, dst: str, work: Path, total: int, senders: int, batch
         "copied": int(final["copied"]),
         "received": int(final["received"]),
         "rss_mb": rss.peak / 1e6,
+        # CPU per message over the measured messages, by kind of process: steadier than the rate
+        # on a shared machine, and it says where the time goes.
+        "cpu_us_per_msg": {k: round(v * 1e6 / (got - base), 1) for k, v in cpu.seconds.items()},
     }
 
 
@@ -113,6 +130,10 @@ def main() -> None:
     ap.add_argument("--senders", default="10000,1000000", help="comma-separated sender counts")
     ap.add_argument("--size", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=50_000, help="batch_max_messages of the sampled stream")
+    ap.add_argument(
+        "--measured", type=int, default=MEASURED, help="messages measured after the first per sender"
+    )
+    ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
     ap.add_argument("--out", default="reports/sampling_bench.json")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sr-sampling-bench-"))
@@ -132,17 +153,29 @@ def main() -> None:
     for senders in (int(x) for x in args.senders.split(",")):
         with local_cluster(1, "ssrc") as s, local_cluster(1, "sdst") as d:
             t0 = time.monotonic()
-            asyncio.run(fill_senders(s.url, senders, MEASURED, args.size))
+            asyncio.run(fill_senders(s.url, senders, args.measured, args.size))
             print(
-                f"{senders:,} senders: filled {senders + MEASURED:,} messages in {time.monotonic() - t0:.0f}s"
+                f"{senders:,} senders: filled {senders + args.measured:,} messages in {time.monotonic() - t0:.0f}s"
             )
-            r = run_sampling(s.url, d.url, work, senders + MEASURED, senders, args.batch)
+            r = run_sampling(
+                s.url,
+                d.url,
+                work,
+                senders + args.measured,
+                senders,
+                args.batch,
+                args.measured,
+                dict(c.split("=", 1) for c in args.spark_conf),
+            )
         r["ratio_vs_plain"] = r["msgs_per_s"] / plain["msgs_per_s"]
         rows.append(r)
         print(
             f"sampling, {senders:>9,} senders: {r['msgs_per_s']:8,.0f} msg/s = {r['ratio_vs_plain']:.2f}x plain "
             f"(copied {r['copied']:,} of {r['received']:,}; peak RSS {r['rss_mb']:,.0f} MB)"
         )
+        cpu = r["cpu_us_per_msg"]
+        whole = sum(v for k, v in cpu.items() if not k.startswith("JVM: "))  # those split the JVM's
+        print(f"  CPU per message: {whole:.0f} us in all: {cpu}")
     results["sampling"] = rows
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))

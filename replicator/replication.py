@@ -64,7 +64,7 @@ from replicator.spark.inflight import InflightRecord
 from replicator.spark.lanes import LaneSink
 from replicator.spark.read_lease import write_lease
 from replicator.spark.rows import to_record_batch
-from replicator.spark.sampling import OUTPUT_SCHEMA, STATE_SCHEMA, SamplingSink, bucket_function
+from replicator.spark.sampling import SamplingSink, decided_per_bucket
 from replicator.spark.session import session_conf
 from replicator.spark.sink import BatchResult, OrderedSink, SinkSettings
 from replicator.spark.small_batches import SmallBatchReader
@@ -384,15 +384,7 @@ class StreamReplication:
         partitions = None
         if self.sampling_sink is not None:
             partitions = str(self.s.sampling_partitions)
-            from pyspark.sql.streaming.state import GroupStateTimeout
-
-            df = df.groupBy("bucket").applyInPandasWithState(
-                bucket_function(self.sampling_params(), self._choria_seed(files)),
-                OUTPUT_SCHEMA,
-                STATE_SCHEMA,
-                "append",
-                GroupStateTimeout.NoTimeout,
-            )
+            df = decided_per_bucket(df, self.sampling_params(), self._choria_seed(files))
             sink = self.sampling_sink
 
         def sink_noting_start(batch_df: Any, batch_id: int) -> None:

@@ -237,10 +237,12 @@ class SenderTable:
             else:
                 row = None
                 last_copied, last_size = int(copied[i]), int(size[i])
+            since_copy = m.ts_ms - last_copied
             copy = (
                 m.force
                 or (p.size_trigger > 0 and abs(m.size - last_size) >= p.size_trigger)
-                or m.ts_ms - last_copied >= copy_interval_ms(p, s)
+                # The interval is above 0.9 x inspect: below that the sender's hash is not needed.
+                or (since_copy * 10 >= p.inspect_ms * 9 and since_copy >= copy_interval_ms(p, s))
             )
             if row is not None:
                 row[0], row[2], row[3] = m.ts_ms, m.size, 0

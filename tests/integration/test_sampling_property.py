@@ -30,9 +30,7 @@ from replicator.spark.sampling import (
     KIND_COPY,
     KIND_SKIP,
     KIND_STATS,
-    OUTPUT_SCHEMA,
-    STATE_SCHEMA,
-    bucket_function,
+    decided_per_bucket,
 )
 
 pytestmark = pytest.mark.integration
@@ -100,7 +98,6 @@ def test_spark_pipeline_decides_exactly_like_the_reference(
     batch: int,
     buckets: int,
 ) -> None:
-    from pyspark.sql.streaming.state import GroupStateTimeout
 
     stream = f"PROP{next(_names)}"
     asyncio.run(publish_with_gaps(server.url, stream, evts))
@@ -114,9 +111,7 @@ def test_spark_pipeline_decides_exactly_like_the_reference(
     rows: list[Any] = []
     checkpoint = tmp_path_factory.mktemp("ckpt")
     query = (
-        spark.readStream.format("nats-jetstream").options(**opts).load()
-        .groupBy("bucket")
-        .applyInPandasWithState(bucket_function(p), OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
+        decided_per_bucket(spark.readStream.format("nats-jetstream").options(**opts).load(), p)
         .writeStream.foreachBatch(lambda df, _: rows.extend(df.select("kind", "seq", "ts_ms", "data").collect()))
         .option("checkpointLocation", str(checkpoint))
         .start()

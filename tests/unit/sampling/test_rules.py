@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -50,6 +51,23 @@ def test_a_steady_sender_is_copied_when_new_then_once_per_interval() -> None:
             expected.append(m.seq)
     assert copied == expected and len(copied) == 3  # 12x fewer than published
     assert advs == [("new", "n1", 0)]
+
+
+@given(st.text(min_size=1, max_size=30))
+def test_a_copy_is_due_exactly_once_the_senders_interval_has_passed(sender):
+    # SenderTable.process skips the sender's hash below 0.9 x inspect; its decision must not change.
+    due = math.ceil(copy_interval_ms(P, sender))
+    for since_copy, copied_again in ((due - 1, False), (due, True)):
+        copied, _, _ = run([Message(0, sender, 0, 1000), Message(1, sender, since_copy, 1000)], since_copy)
+        assert copied == ([0, 1] if copied_again else [0])
+
+
+def test_the_shortcut_holds_at_the_largest_splay() -> None:
+    # A hash of 2**64 - 1 gives exactly 1.0 in floating point: the interval is 0.9 x inspect.
+    for inspect_ms in (10, 3_600_000, 3_600_001, 10**12 + 7):
+        interval = inspect_ms * (1 - 0.1 * 1.0)
+        below = -(-inspect_ms * 9 // 10) - 1  # the largest since_copy with since_copy * 10 < inspect * 9
+        assert below < interval
 
 
 def test_size_change_of_size_trigger_bytes_forces_a_copy_smaller_does_not() -> None:
