@@ -56,6 +56,7 @@ bench: install
 	$(BIN)/python -m bench.lanes_bench
 	$(BIN)/python -m bench.ack_cost
 	$(BIN)/python -m bench.publish_modes
+	$(BIN)/python -m bench.start_bench
 
 # The fault campaign (docs/faults.md): each seed a schedule of FAULTS faults on 3+3 clustered
 # servers, two elected replicators and a fleet, hosts as network namespaces (needs root).

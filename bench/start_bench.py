@@ -40,6 +40,7 @@ from bench.copy_bench import fill, stream_count
 from bench.proctree import PeakRSS, _kind, _tree
 from harness.localnats import free_port, local_cluster
 
+METRICS = "choria_stream_replicator_replicator"  # the replicator's metric names (Choria's)
 FIGURES = ("first_copy_s", "all_copied_s", "jvm_seen_s", "rss_mb", "pss_mb")
 
 
@@ -84,12 +85,9 @@ def spark_steps(port: int) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     steps: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("stream_replicator_batch_step_seconds_sum"):
+        if line.startswith(f"{METRICS}_batch_step_seconds_sum"):
             steps[line.split('step="')[1].split('"')[0]] = float(line.split()[-1])
-        elif (
-            line.startswith("stream_replicator_batch_step_seconds_count")
-            and 'step="triggerExecution"' in line
-        ):
+        elif line.startswith(f"{METRICS}_batch_step_seconds_count") and 'step="triggerExecution"' in line:
             steps["batches"] = float(line.split()[-1])
     return steps
 
