@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -35,17 +36,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# One row per message (kind copy or skip), per advisory (kind adv, with its event), and per
-# bucket and batch (kind stats: its senders in `size`, those advised timed out in `warned`, and
-# how many of the batch's messages had no sender or were forced, in `unkeyed` and `forced`;
-# every bucket runs in every batch).
+# One row per copy (kind copy), per advisory (kind adv, with its event), and per bucket and
+# batch (kind stats: how many messages the bucket decided in `received`, their bytes in
+# `received_bytes` and the last one's sequence in `seq`; its senders in `size`, those advised
+# timed out in `warned`, and how many of the messages had no sender or were forced, in `unkeyed`
+# and `forced`; every bucket runs in every batch). Messages not copied have no row: most are not,
+# and each row costs Spark's conversions and the driver's collect.
 OUTPUT_SCHEMA = (
     "kind STRING, seq BIGINT, subject STRING, ts_ms BIGINT, headers STRING, data BINARY, size INT, "
-    "event STRING, unkeyed INT, forced INT, warned INT"
+    "event STRING, unkeyed INT, forced INT, warned INT, received INT, received_bytes BIGINT"
 )
 # A bucket's sender table, encoded by replicator.sampling.state.
 STATE_SCHEMA = "table BINARY"
-KIND_COPY, KIND_SKIP, KIND_ADVISORY, KIND_STATS = "copy", "skip", "adv", "stats"
+KIND_COPY, KIND_ADVISORY, KIND_STATS = "copy", "adv", "stats"
 
 
 def bucket_function(
@@ -61,7 +64,7 @@ def bucket_function(
         first = (seed or {}).get(int(key[0]))  # this bucket's seed, if any
         seeded = first is not None
         table = state.decode(group_state.get[0] if group_state.exists else first)
-        parts = list(frames)  # one frame unless the bucket's rows exceed Arrow's batch size
+        parts = list(frames)  # several when the bucket's rows exceed Spark's batch limits
         df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
         clock_ms = int(df.loc[df["seq"] < 0, "ts_ms"].max()) if (df["seq"] < 0).any() else table.clock_ms
         rows = df[df["seq"] >= 0].sort_values("seq")
@@ -87,29 +90,34 @@ def bucket_function(
             group_state.remove()
         # One frame built from whole columns: concatenating frames whose columns hold None made
         # pandas test every value of them (~6 % of the workers' time at 100,000 senders).
-        n_msgs, n_advs = len(rows), len(advs)
-        no_msg, no_row = [None] * n_msgs, [None] * (n_msgs + n_advs)
+        copied = np.flatnonzero(np.array(copies, bool))
+        n_copies, n_advs = len(copied), len(advs)
+        no_copy, no_row = [None] * n_copies, [None] * (n_copies + n_advs)
         yield pd.DataFrame(
             {
-                "kind": [KIND_COPY if c else KIND_SKIP for c in copies]
-                + [KIND_ADVISORY] * n_advs
-                + [KIND_STATS],
-                "seq": np.concatenate([seqs, np.array([a.seq for a in advs], np.int64), [-1]]),
+                "kind": [KIND_COPY] * n_copies + [KIND_ADVISORY] * n_advs + [KIND_STATS],
+                "seq": np.concatenate(
+                    [seqs[copied], np.array([a.seq for a in advs], np.int64), [seqs[-1] if len(seqs) else -1]]
+                ),
                 # A copy's subject, headers and payload are read back from the source by the sink
                 # (rows carry no payloads: rows.py).
-                "subject": [*no_msg, *(a.subject(p.advisory_subject) for a in advs), None],
-                "ts_ms": np.concatenate([ts_ms, np.array([a.event_ms for a in advs], np.int64), [clock_ms]]),
+                "subject": [*no_copy, *(a.subject(p.advisory_subject) for a in advs), None],
+                "ts_ms": np.concatenate(
+                    [ts_ms[copied], np.array([a.event_ms for a in advs], np.int64), [clock_ms]]
+                ),
                 "headers": [
-                    *no_msg,
+                    *no_copy,
                     *(json.dumps([[MSG_ID_HEADER, a.event_id(p.stream)]]) for a in advs),
                     None,
                 ],
-                "data": [*no_msg, *(a.payload(p) for a in advs), None],
-                "size": np.concatenate([sizes, np.zeros(n_advs, np.int64), [len(table)]]),
-                "event": [*no_msg, *(str(a.event) for a in advs), None],
+                "data": [*no_copy, *(a.payload(p) for a in advs), None],
+                "size": np.concatenate([sizes[copied], np.zeros(n_advs, np.int64), [len(table)]]),
+                "event": [*no_copy, *(str(a.event) for a in advs), None],
                 "unkeyed": [*no_row, sum(m.sender is None for m in msgs)],
                 "forced": [*no_row, sum(m.force for m in msgs)],
                 "warned": [*no_row, int(table.warned.sum())],
+                "received": [*no_row, len(msgs)],
+                "received_bytes": [*no_row, int(sizes.sum())],
             }
         )
 
@@ -153,6 +161,39 @@ def _runs(seqs: list[int], gap: int) -> list[tuple[int, int]]:
     return runs
 
 
+@dataclass(frozen=True)
+class DecidedBatch:
+    """What the rules decided in one batch (the rows of OUTPUT_SCHEMA, collected)."""
+
+    copies: list[int]
+    """Sequences to copy, ascending."""
+    advisories: pa.Table
+    """In event-time order (then by the message that caused each)."""
+    stats: pa.Table
+    received: int
+    """Messages decided, copied or not."""
+    received_bytes: int
+    last_seq: int
+    """The batch's last message (-1 without one): everything up to it is handled once the copies
+    are published."""
+
+    @classmethod
+    def of(cls, table: pa.Table) -> DecidedBatch:
+        kinds = table.column("kind")
+        stats = table.filter(pc.equal(kinds, KIND_STATS))
+        last = pc.max(stats.column("seq")).as_py() if stats.num_rows else None
+        return cls(
+            copies=sorted(table.filter(pc.equal(kinds, KIND_COPY)).column("seq").to_pylist()),
+            advisories=table.filter(pc.equal(kinds, KIND_ADVISORY)).sort_by(
+                [("ts_ms", "ascending"), ("seq", "ascending")]
+            ),
+            stats=stats,
+            received=int(pc.sum(stats.column("received")).as_py() or 0),
+            received_bytes=int(pc.sum(stats.column("received_bytes")).as_py() or 0),
+            last_seq=int(last) if last is not None else -1,
+        )
+
+
 class SamplingSink:
     """foreachBatch sink of the sampling query: copies in source order, then advisories."""
 
@@ -173,18 +214,12 @@ class SamplingSink:
         started = time.monotonic()
         self.ordered.check_leader()
         table: pa.Table = batch_df.toArrow()
-        kinds = table.column("kind")
-        stats = table.filter(pc.equal(kinds, KIND_STATS))
-        msgs = table.filter(pc.is_in(kinds, pa.array([KIND_COPY, KIND_SKIP])))
-        advs = table.filter(pc.equal(kinds, KIND_ADVISORY)).sort_by(
-            [("ts_ms", "ascending"), ("seq", "ascending")]
-        )
-        result = BatchResult(received=msgs.num_rows)
-        if msgs.num_rows:
-            result.received_bytes = int(pc.sum(msgs.column("size")).as_py() or 0)
-            result.last_seq = int(pc.max(msgs.column("seq")).as_py())
-            copies = msgs.filter(pc.equal(msgs.column("kind"), KIND_COPY)).column("seq")
-            for part in self._copies(sorted(copies.to_pylist())):
+        decided = DecidedBatch.of(table)
+        stats, advs = decided.stats, decided.advisories
+        result = BatchResult(received=decided.received, received_bytes=decided.received_bytes)
+        if result.received:
+            result.last_seq = decided.last_seq
+            for part in self._copies(decided.copies):
                 r = self.ordered.publish_table(part)
                 result.copied += r.copied
                 result.copied_bytes += r.copied_bytes

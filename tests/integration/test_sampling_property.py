@@ -28,7 +28,6 @@ from replicator.sampling.rules import Message, SamplingParams
 from replicator.spark.sampling import (
     KIND_ADVISORY,
     KIND_COPY,
-    KIND_SKIP,
     KIND_STATS,
     decided_per_bucket,
 )
@@ -108,11 +107,11 @@ def test_spark_pipeline_decides_exactly_like_the_reference(
         sampling=SamplingOptions(inspect_field="sender", inspect_force_field="force",
                                  sampling_buckets=buckets, clock_interval_ms=200),
     ).to_spark()  # fmt: skip
-    rows: list[Any] = []
+    batches: list[tuple[int, list[Any]]] = []
     checkpoint = tmp_path_factory.mktemp("ckpt")
     query = (
         decided_per_bucket(spark.readStream.format("nats-jetstream").options(**opts).load(), p)
-        .writeStream.foreachBatch(lambda df, _: rows.extend(df.select("kind", "seq", "ts_ms", "data").collect()))
+        .writeStream.foreachBatch(lambda df, bid: batches.append((bid, df.select("kind", "seq", "ts_ms", "data", "received", "received_bytes").collect())))
         .option("checkpointLocation", str(checkpoint))
         .start()
     )  # fmt: skip
@@ -128,6 +127,7 @@ def test_spark_pipeline_decides_exactly_like_the_reference(
             time.sleep(0.1)
     finally:
         query.stop()
+    rows = [r for _, batch in sorted(batches, key=lambda b: b[0]) for r in batch]
     msgs = []
     for m in stored:
         sender, force = extractor.extract(m.subject, m.headers, m.data)
@@ -141,6 +141,19 @@ def test_spark_pipeline_decides_exactly_like_the_reference(
     )
     assert got_copied == want_copied
     assert got_advs == sorted((a.sender, a.event, a.event_ms) for a in want_advs)
-    assert sum(1 for r in rows if r.kind in (KIND_COPY, KIND_SKIP)) == len(evts)  # each message decided once
+    # Each message decided once, in the batch that read it: every batch's buckets decided exactly
+    # the messages after the last batch's last one up to its own last (the sink handles up to it).
+    handled = 0
+    for _, batch in sorted(batches, key=lambda b: b[0]):
+        stats = [r for r in batch if r.kind == KIND_STATS]
+        last = max(r.seq for r in stats)
+        if last < 0:
+            assert sum(r.received for r in stats) == 0
+            continue
+        read = [m for m in stored if handled < m.seq <= last]
+        assert sum(r.received for r in stats) == len(read)
+        assert sum(r.received_bytes for r in stats) == sum(len(m.data) for m in read)
+        handled = last
+    assert handled == stored[-1].seq
     # The rest: advisories, and one row a bucket and batch with its sender counts.
-    assert {r.kind for r in rows} <= {KIND_COPY, KIND_SKIP, KIND_ADVISORY, KIND_STATS}
+    assert {r.kind for r in rows} <= {KIND_COPY, KIND_ADVISORY, KIND_STATS}

@@ -10,7 +10,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicator.sampling import state
+from replicator.sampling import rules, state
 from replicator.sampling.extract import bucket_of
 from replicator.sampling.reference import advisory_key, reference
 from replicator.sampling.rules import (
@@ -62,12 +62,17 @@ def test_a_copy_is_due_exactly_once_the_senders_interval_has_passed(sender):
         assert copied == ([0, 1] if copied_again else [0])
 
 
-def test_the_shortcut_holds_at_the_largest_splay() -> None:
-    # A hash of 2**64 - 1 gives exactly 1.0 in floating point: the interval is 0.9 x inspect.
+def test_the_shortcut_holds_at_the_largest_splay(monkeypatch) -> None:
+    # A hash of 2**64 - 1 gives exactly 1.0 in floating point: the interval is then 0.9 x inspect,
+    # the shortcut's own bound.
+    monkeypatch.setattr(rules, "splay", lambda sender: 1.0)
     for inspect_ms in (10, 3_600_000, 3_600_001, 10**12 + 7):
-        interval = inspect_ms * (1 - 0.1 * 1.0)
-        below = -(-inspect_ms * 9 // 10) - 1  # the largest since_copy with since_copy * 10 < inspect * 9
-        assert below < interval
+        p = dataclasses.replace(P, inspect_ms=inspect_ms, warn_ms=10**15)
+        due = math.ceil(copy_interval_ms(p, "n1"))
+        assert due == math.ceil(inspect_ms * 0.9)
+        for since_copy, copied_again in ((due - 1, False), (due, True)):
+            copied, _, _ = run([Message(0, "n1", 0, 1000), Message(1, "n1", since_copy, 1000)], since_copy, p)
+            assert copied == ([0, 1] if copied_again else [0])
 
 
 def test_size_change_of_size_trigger_bytes_forces_a_copy_smaller_does_not() -> None:
