@@ -76,11 +76,20 @@ FAST_BATCH_SUFFIX = ".$FI"
 _FAST_START, _FAST_APPEND, _FAST_COMMIT = 0, 1, 2
 
 
+# For messages whose stream is not known in advance (advisories: whichever stream on the source
+# cluster holds their subject).
+ANY_STREAM = None
+
+
 class _Batch:
-    def __init__(self, stream: str, max_pending: int, generation: str, sparse: bool) -> None:
+    def __init__(self, stream: str | None, max_pending: int, generation: str, sparse: bool) -> None:
         self.generation = generation
         self.stream = stream
-        self.stream_marker = f'"stream":"{stream}"'.encode()
+        # An ack names the stream that stored the message; with ANY_STREAM any stream will do.
+        self.stream_marker = f'"stream":"{stream}"'.encode() if stream is not None else b'"stream":"'
+        # Messages answered (every one asks for an ack): a second reply to one, say from an
+        # application subscribed to the subject, must not count as another message's ack.
+        self.answered: set[int] | None = None if sparse else set()
         self.max_pending = max_pending
         self.sparse = sparse
         self.sent = 0
@@ -96,6 +105,10 @@ class _Batch:
         self.all_acked = asyncio.Event()
 
     def on_ack(self, index: int, data: bytes, status: str | None) -> None:
+        if self.answered is not None:
+            if index in self.answered:
+                return
+            self.answered.add(index)
         o = self.outcome
         if status:  # 503: no stream listens on the subject
             o.failures.append(Refusal(index, f"no stream stored it (status {status})"))
@@ -188,9 +201,10 @@ class _Batch:
 class PipelinedPublisher:
     """Publishes batches to one target stream on one connection, in order."""
 
-    def __init__(self, nc: ReplicatorClient, stream: str, max_pending: int = 4000) -> None:
+    def __init__(self, nc: ReplicatorClient, stream: str | None, max_pending: int = 4000) -> None:
         self.nc = nc
         self.stream = stream
+        self.where = f"stream {stream}" if stream is not None else "the streams of their subjects"
         self.max_pending = max_pending
         # Messages the target stored through this publisher, failed batches included: copies
         # landing again after a fault, for the runner's backoff.
@@ -269,7 +283,7 @@ class PipelinedPublisher:
                     if self.nc.disconnects != disconnects:
                         raise PublishError(
                             f"the connection to the target was lost with {batch.sent - batch.acked} of "
-                            f"{batch.sent} publishes to stream {self.stream} unacknowledged"
+                            f"{batch.sent} publishes to {self.where} unacknowledged"
                         ) from None
 
         async def send(subject: str, data: bytes, headers: bytes, last: bool) -> None:
@@ -281,12 +295,10 @@ class PipelinedPublisher:
             if self.nc.disconnects != disconnects:
                 raise PublishError(
                     f"the connection to the target was lost with {batch.sent - batch.acked} of "
-                    f"{batch.sent} publishes to stream {self.stream} unacknowledged"
+                    f"{batch.sent} publishes to {self.where} unacknowledged"
                 )
             if may_send is not None and not may_send():
-                raise PublishError(
-                    f"not the leader any more: {batch.sent} publishes to stream {self.stream} sent"
-                )
+                raise PublishError(f"not the leader any more: {batch.sent} publishes to {self.where} sent")
             # Counted before the await: its ack may be handled while publish() yields.
             index = batch.sent
             batch.sent += 1
@@ -316,7 +328,7 @@ class PipelinedPublisher:
             batch.outcome.exact = not batch.inexact if fast_batch else not batch.sparse
         except TimeoutError:
             raise PublishError(
-                f"{batch.sent - batch.acked} of {batch.sent} publishes to stream {self.stream} were not "
+                f"{batch.sent - batch.acked} of {batch.sent} publishes to {self.where} were not "
                 f"acknowledged within {timeout:.0f}s"
             ) from None
         finally:

@@ -11,7 +11,6 @@ continue exactly where the last committed batch left off. One group per sender w
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -25,6 +24,7 @@ import pyarrow.compute as pc
 from replicator.aio import LoopThread
 from replicator.headers import MSG_ID_HEADER
 from replicator.metrics import LIMITER, metrics
+from replicator.nats.advisories import publish_advisories
 from replicator.sampling import state
 from replicator.sampling.rules import Message, SamplingParams
 from replicator.source_reader import SourceReader, SourceStreamGone
@@ -292,38 +292,16 @@ class SamplingSink:
                                      len(seqs) - found, len(seqs))  # fmt: skip
 
     async def _advise(self, advs: pa.Table) -> None:
-        nc = await self.source.connection()
-        subjects = advs.column("subject").to_pylist()
-        datas = advs.column("data").to_pylist()
-        headers = [dict(json.loads(h)) for h in advs.column("headers").to_pylist()]
-        if not self.p.advisory_reliable:
-            for subject, data in zip(subjects, datas, strict=True):
-                await nc.publish(subject, data)
-            await nc.flush(timeout=30)
-            return
-        # Reliable: pipelined JetStream publishes with the event id as Nats-Msg-Id; any not
-        # acknowledged are retried one by one, and if one still cannot be stored the batch fails
-        # and is replayed (the ids make a replay a no-op for what was stored).
-        js = nc.jetstream(publish_async_max_pending=4000)
-        futures = [
-            await js.publish_async(s, d, headers=h) for s, d, h in zip(subjects, datas, headers, strict=True)
+        advisories = [
+            (subject, data, [(k, v) for k, v in json.loads(headers)])
+            for subject, data, headers in zip(
+                advs.column("subject").to_pylist(),
+                advs.column("data").to_pylist(),
+                advs.column("headers").to_pylist(),
+                strict=True,
+            )
         ]
-        done, _ = await asyncio.wait(futures, timeout=30 + len(futures) / 1000)
-        for subject, data, hdr, fut in zip(subjects, datas, headers, futures, strict=True):
-            if fut in done and not fut.cancelled() and fut.exception() is None:
-                continue
-            fut.cancel()
-            for attempt in range(10):
-                try:
-                    await js.publish(subject, data, headers=hdr, timeout=5)
-                    break
-                except Exception as e:
-                    if attempt == 9:
-                        raise PublishError(
-                            f"advisory {hdr.get('Nats-Msg-Id')} on {subject} not acknowledged: {e!r}; "
-                            "is there a stream for the advisory subject on the source cluster?"
-                        ) from e
-                    await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
+        await publish_advisories(await self.source.connection(), advisories, self.p.advisory_reliable)
 
     def close(self) -> None:
         self.ordered.close()
