@@ -15,6 +15,8 @@ from typing import Any
 import nats
 import yaml
 from nats.js.api import StreamConfig
+from nats.js.client import JetStreamContext
+from nats.js.errors import NoStreamResponseError
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.localnats import free_port
@@ -35,6 +37,21 @@ async def create_stream(url: str, name: str, subjects: list[str], **kw: Any) -> 
         await nc.jetstream().add_stream(StreamConfig(name=name, subjects=subjects, **kw))
     finally:
         await nc.close()
+
+
+async def publish_once_led(js: JetStreamContext, subject: str, data: bytes, timeout: float = 30) -> int:
+    """JetStream-publish one message to a stream just created, and its sequence. A replicated
+    stream answers only once its group has elected a leader and the leader's interest reached
+    the server we are connected to; until then the publish has no responders, so nothing
+    stored it and asking again cannot store it twice."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return (await js.publish(subject, data)).seq
+        except NoStreamResponseError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 async def publish(

@@ -24,6 +24,13 @@ _LOG4J_LINE = re.compile(
     r"^(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ |\d\d/\d\d/\d\d \d\d:\d\d:\d\d )"
     r"(?P<level>ERROR|WARN|INFO|DEBUG|TRACE|FATAL) (?:spark\.)?(?P<logger>[\w.$-]+): (?P<message>.*)$"
 )
+# The same record's start anywhere in a line: two processes share the JVM's stderr, so a record
+# can begin in the middle of another process's line (seen: a Python traceback cut mid-word by
+# Spark's "terminated with error" record, which then went unrecognised).
+_LOG4J_START = re.compile(
+    r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ |\d\d/\d\d/\d\d \d\d:\d\d:\d\d )"
+    r"(?:ERROR|WARN|INFO|DEBUG|TRACE|FATAL) "
+)
 _LEVELS = {
     "FATAL": logging.CRITICAL,
     "ERROR": logging.ERROR,
@@ -69,29 +76,52 @@ class JvmOutput:
         self._dropping = False
         self._traceback: list[str] | None = None
         self._pipe_closed = False  # the last traceback was pyspark's closed pipe
+        self._cut_short = False  # the last traceback was pyspark's, cut before its exception
 
     def feed(self, line: str) -> list[tuple[int, str]]:
         """What to log for the next line: a Python traceback is held until its last line, and a
         cancelled task's closed pipe in pyspark's daemon becomes one debug line."""
         line = line.rstrip("\r\n")
+        glued = _LOG4J_START.search(line, 1)
+        if glued is not None:
+            # The record is its own line; what came before it is a line cut short.
+            head, record = line[: glued.start()], line[glued.start() :]
+            if self._traceback is not None:
+                self._traceback.append(head)
+                return [*self._end_traceback(cut=True), *self.feed(record)]
+            return [*self.feed(head), *self.feed(record)]
         if self._traceback is None:
             if line.startswith(_PYTHON_TRACEBACK):
-                self._traceback = [line]
+                self._traceback, self._cut_short = [line], False
                 return []
             if self.quiet and self._pipe_closed and _CHAINED.match(line):
                 return [(logging.DEBUG, line)]
+            if self.quiet and self._cut_short and _WORKER_PIPE_CLOSED.match(line):
+                self._cut_short = False
+                return [(logging.DEBUG, f"a Spark Python process found its pipe to the JVM closed ({line})")]
             if line.strip():
                 self._pipe_closed = False
             out = self.classify(line)
             return [out] if out is not None else []
+        if _LOG4J_LINE.match(line):
+            # Another record cut the traceback short; the record stands on its own.
+            return [*self._end_traceback(cut=True), *self.feed(line)]
         self._traceback.append(line)
         if line[:1].isspace():
             return []
         return self._end_traceback()
 
-    def _end_traceback(self) -> list[tuple[int, str]]:
+    def _end_traceback(self, cut: bool = False) -> list[tuple[int, str]]:
         block, self._traceback = self._traceback or [], None
-        frames = [x for x in block[1:-1] if x.lstrip().startswith("File ")]
+        frames = [x for x in (block[1:] if cut else block[1:-1]) if x.lstrip().startswith("File ")]
+        if self.quiet and cut and frames and all(_DAEMON_FRAME.match(f) for f in frames):
+            # pyspark's own frames only, cut short before its exception's line: a Spark Python
+            # process dying as its query ended (the closed pipe that follows, if it comes, is
+            # left to debug too). Nothing of the replicator's; its last frame says where.
+            self._cut_short = True
+            return [
+                (logging.DEBUG, f"a Spark Python process's traceback was cut short ({frames[-1].strip()})")
+            ]
         if self.quiet and not frames:
             # A header without a single frame: cut short by another record (seen in test runs
             # when two streams' batches failed the same second and the output of processes

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nats
 import pytest
+from helpers import publish_once_led
 
 from harness.localnats import NatsCluster, nats_server_binary
 from harness.servers import docker_available, nats_cluster, server_backend
@@ -50,7 +51,7 @@ async def r3_stream_everywhere(cluster: NatsCluster) -> list[str]:
     try:
         js = nc.jetstream()
         await js.add_stream(name="PROOF", subjects=["proof"], num_replicas=3)
-        await js.publish("proof", b"kept")
+        await publish_once_led(js, "proof", b"kept")
         info = await js.stream_info("PROOF")
         assert info.cluster is not None and info.state.messages == 1
         return sorted([info.cluster.leader or "", *(r.name for r in info.cluster.replicas or [])])

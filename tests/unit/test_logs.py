@@ -281,3 +281,57 @@ def test_a_stopped_querys_source_runner_finding_its_pipe_closed_is_left_to_debug
     )
     shown = JvmOutput(quiet=False)
     assert any(level == logging.WARNING for line in lines for level, _ in shown.feed(line))
+
+
+def test_a_source_runners_traceback_cut_mid_line_by_sparks_record_is_left_to_debug() -> None:
+    """Seen in CI (test_target_refusals, r3): the planner's closed-pipe traceback was cut
+    mid-word by Spark's "terminated with error" record, and the failed batch's Java stack
+    followed. Unsplit, the record went unrecognised and the whole stack was shown."""
+    record = (
+        "2026-11-27 13:21:51,835 ERROR spark.MicroBatchExecution: Query sr_S_narrow [id = 9435] "
+        "terminated with error"
+    )
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/v/lib/python3.11/site-packages/pyspark/worker_util.py", line 253, in get_sock_file_to_executor',
+        "    yield sock_file",
+        '  File "/v/lib/python3.11/site-packages/pyspark/sql/streaming/python_streaming_source_runner.py", line 299, in main',
+        "    outfile.flush()",
+        '  File "/usr/lib/python3.11/socket.py", line 724, in write',
+        "    ret" + record,
+        "org.apache.spark.sql.execution.streaming.sources.ForeachBatchUserFuncException: [FOREACH_BATCH_USER_FUNCTION_ERROR] "
+        "Return Message: Traceback (most recent call last):",
+        '  File "/v/lib/python3.11/site-packages/py4j/clientserver.py", line 644, in _call_proxy',
+        "replicator.nats.publisher.PublishError: source sequence 2001 would be copied to subject n.s.b.5",
+        "\tat org.apache.spark.sql.execution.streaming.sources.ForeachBatchSink.callBatchWriter(ForeachBatchSink.scala:60)",
+        "\t... 34 more",
+        "2026-11-27 13:21:51,924 INFO spark.MicroBatchExecution: Starting new streaming query.",
+        "BrokenPipeError: [Errno 32] Broken pipe",
+    ]
+    quiet = JvmOutput(quiet=True)
+    out = [o for line in lines for o in quiet.feed(line + "\n")]
+    assert [level for level, _ in out] == [logging.DEBUG, logging.DEBUG, logging.INFO, logging.DEBUG], out
+    assert out[0][1] == (
+        "a Spark Python process's traceback was cut short "
+        '(File "/usr/lib/python3.11/socket.py", line 724, in write)'
+    )
+    assert out[1] == (logging.DEBUG, record.split(" spark.", 1)[1])
+    shown = JvmOutput(quiet=False)
+    loud = [o for line in lines for o in shown.feed(line)]
+    assert (logging.ERROR, record.split(" spark.", 1)[1]) in loud
+    assert (logging.WARNING, lines[0]) in loud and (logging.WARNING, "    ret") in loud
+
+
+def test_a_record_glued_to_the_end_of_another_line_is_split() -> None:
+    quiet = JvmOutput(quiet=True)
+    glued = "some JVM notice2026-11-27 13:21:51,835 WARN spark.Utils: a warning"
+    assert quiet.feed(glued) == [(logging.WARNING, "some JVM notice"), (logging.WARNING, "Utils: a warning")]
+    replicator_frames = [
+        "Traceback (most recent call last):",
+        '  File "/work/replicator/spark/sink.py", line 10, in publish',
+        "    raise Val2026-11-27 13:21:51,835 INFO spark.Executor: ran",
+    ]
+    out = [o for line in replicator_frames for o in quiet.feed(line)]
+    # The replicator's own traceback is shown even when cut short.
+    assert out[:3] == [(logging.WARNING, x) for x in [*replicator_frames[:2], "    raise Val"]]
+    assert out[3] == (logging.INFO, "Executor: ran")
