@@ -12,6 +12,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import secrets
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
@@ -231,8 +232,11 @@ class ConsumerReader:
     # How long one pull request waits for messages before the server ends it.
     wait_s: float = 2.0
 
-    async def _create(self, start: int) -> str:
+    async def _create(self, name: str, start: int) -> None:
+        # Named here, not by the server: a read cancelled while the create is in flight still
+        # knows what to delete (else the consumer stays until its inactive_threshold).
         cfg: dict[str, object] = {
+            "name": name,
             "deliver_policy": "by_start_sequence",
             "opt_start_seq": start,
             "ack_policy": "none",
@@ -243,14 +247,13 @@ class ConsumerReader:
         if self.filter_subject:
             cfg["filter_subject"] = self.filter_subject
         resp = await self.nc.request(
-            f"$JS.API.CONSUMER.CREATE.{self.stream}",
+            f"$JS.API.CONSUMER.CREATE.{self.stream}.{name}",
             json.dumps({"stream_name": self.stream, "config": cfg}).encode(),
             timeout=10,
         )
         body = json.loads(resp.data)
         if "error" in body:
             raise APIError.from_error(body["error"])
-        return str(body["name"])
 
     async def _delete(self, consumer: str) -> None:
         # Best effort: an ephemeral consumer goes by itself after its inactive_threshold.
@@ -308,8 +311,9 @@ class ConsumerReader:
         return out, pending[0] > 0 and len(out) > 0
 
     async def chunks(self, start: int, end: int) -> AsyncGenerator[list[RawMessage], None]:
-        consumer = await self._create(start)
+        consumer = f"sr_read_{secrets.token_hex(8)}"
         try:
+            await self._create(consumer, start)
             seq = start
             while seq < end:
                 msgs, more = await self._pull(consumer, min(self.chunk_messages, end - seq))

@@ -204,3 +204,44 @@ def test_a_slow_link_that_keeps_delivering_is_waited_for(
         link.bandwidth = 60_000
         chunks = run(_chunks(link.url, "SLOW", 1, 301, direct=direct, chunk_messages=300))
     assert [m.seq for c in chunks for m in c] == list(range(1, 301))
+
+
+def test_a_consumer_read_cancelled_while_its_consumer_is_created_leaves_no_consumer(
+    nats_server: NatsCluster,
+) -> None:
+    """The read is cancelled after the server got the create request and before its answer came
+    back (0.5 s each way through the proxy): the consumer must still be deleted, not left until
+    its inactive threshold (30 s)."""
+    import nats
+
+    from harness.faultproxy import FaultProxy
+
+    url = nats_server.url
+    run(create_stream(url, "C", ["c.>"], allow_direct=False))
+    run(publish_raw(url, [("c.x", b"1", [])]))
+
+    async def cancelled_read(proxied: str) -> int:
+        reader_nc = await open_connection(proxied, name="test-reader")
+        watcher = await nats.connect(url)
+        try:
+            asked = asyncio.Event()
+
+            async def on_create(_: object) -> None:
+                asked.set()
+
+            await watcher.subscribe("$JS.API.CONSUMER.CREATE.C.>", cb=on_create)
+            await watcher.flush()
+            read = asyncio.ensure_future(anext(ConsumerReader(reader_nc, "C").chunks(1, 2)))
+            await asyncio.wait_for(asked.wait(), 10)
+            read.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await read
+            info = await watcher.jetstream().stream_info("C")
+            return info.state.consumer_count
+        finally:
+            await watcher.close()
+            await reader_nc.close()
+
+    with FaultProxy(int(url.rsplit(":", 1)[1])) as link:
+        link.latency = 0.5
+        assert run(cancelled_read(link.url)) == 0
