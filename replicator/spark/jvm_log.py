@@ -64,6 +64,9 @@ _WORKER_PIPE_CLOSED = re.compile(r"^(BrokenPipeError|ConnectionResetError|EOFErr
 # modules (runpy): nothing of the replicator's. Such a traceback that ends in a closed pipe is
 # pyspark's own, and so are the sentences that chain one to the next.
 _DAEMON_FRAME = re.compile(r'^\s+File "(.*/pyspark/.*|.*/lib/python3\.\d+/[^/]+\.py|<frozen [^>]+>)"')
+# pyspark's reads and writes on its socket to the JVM: where a closed pipe is found.
+_SOCKET_FRAME = re.compile(r'^\s+File ".*/lib/python3\.\d+/socket\.py", line \d+, in (write|readinto)$')
+_CUT_SHORT_LINES = 3
 _CHAINED = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
 
 
@@ -76,36 +79,48 @@ class JvmOutput:
         self._dropping = False
         self._traceback: list[str] | None = None
         self._pipe_closed = False  # the last traceback was pyspark's closed pipe
-        self._cut_short = False  # the last traceback was pyspark's, cut before its exception
+        # Lines left in which the closed pipe of a traceback of pyspark's cut short may follow.
+        self._cut_short = 0
 
     def feed(self, line: str) -> list[tuple[int, str]]:
         """What to log for the next line: a Python traceback is held until its last line, and a
         cancelled task's closed pipe in pyspark's daemon becomes one debug line."""
         line = line.rstrip("\r\n")
-        glued = _LOG4J_START.search(line, 1)
-        if glued is not None:
-            # The record is its own line; what came before it is a line cut short.
-            head, record = line[: glued.start()], line[glued.start() :]
-            if self._traceback is not None:
-                self._traceback.append(head)
-                return [*self._end_traceback(cut=True), *self.feed(record)]
-            return [*self.feed(head), *self.feed(record)]
+        starts = [m.start() for m in _LOG4J_START.finditer(line, 1)]
+        if not starts:
+            return self._feed_line(line)
+        # Records glued to what came before them: each is a line of its own, and the part before
+        # a record is a line cut short.
+        out: list[tuple[int, str]] = []
+        bounds = [0, *starts, len(line)]
+        for i in range(len(bounds) - 1):
+            piece = line[bounds[i] : bounds[i + 1]]
+            if i == 0 and self._traceback is not None:
+                self._traceback.append(piece)
+                out += self._end_traceback(cut=True)
+            else:
+                out += self._feed_line(piece)
+        return out
+
+    def _feed_line(self, line: str) -> list[tuple[int, str]]:
         if self._traceback is None:
             if line.startswith(_PYTHON_TRACEBACK):
-                self._traceback, self._cut_short = [line], False
+                self._traceback, self._cut_short = [line], 0
                 return []
             if self.quiet and self._pipe_closed and _CHAINED.match(line):
                 return [(logging.DEBUG, line)]
             if self.quiet and self._cut_short and _WORKER_PIPE_CLOSED.match(line):
-                self._cut_short = False
+                self._cut_short = 0
                 return [(logging.DEBUG, f"a Spark Python process found its pipe to the JVM closed ({line})")]
             if line.strip():
                 self._pipe_closed = False
             out = self.classify(line)
+            if out is not None and out[0] > logging.DEBUG:
+                self._cut_short = max(0, self._cut_short - 1)  # counts the lines an operator sees
             return [out] if out is not None else []
         if _LOG4J_LINE.match(line):
             # Another record cut the traceback short; the record stands on its own.
-            return [*self._end_traceback(cut=True), *self.feed(line)]
+            return [*self._end_traceback(cut=True), *self._feed_line(line)]
         self._traceback.append(line)
         if line[:1].isspace():
             return []
@@ -114,11 +129,19 @@ class JvmOutput:
     def _end_traceback(self, cut: bool = False) -> list[tuple[int, str]]:
         block, self._traceback = self._traceback or [], None
         frames = [x for x in (block[1:] if cut else block[1:-1]) if x.lstrip().startswith("File ")]
-        if self.quiet and cut and frames and all(_DAEMON_FRAME.match(f) for f in frames):
-            # pyspark's own frames only, cut short before its exception's line: a Spark Python
-            # process dying as its query ended (the closed pipe that follows, if it comes, is
-            # left to debug too). Nothing of the replicator's; its last frame says where.
-            self._cut_short = True
+        if (
+            self.quiet
+            and cut
+            and frames
+            and all(_DAEMON_FRAME.match(f) for f in frames)
+            and _SOCKET_FRAME.match(frames[-1])
+        ):
+            # Cut short inside pyspark's own socket I/O to the JVM, every frame pyspark's or the
+            # standard library's: a Spark Python process finding its pipe closed as its query
+            # ended. (A traceback through the replicator's code has its frames between those, so
+            # one cut before them is shown.) Its exception's line, if it comes within the next
+            # few lines shown, goes to debug too.
+            self._cut_short = _CUT_SHORT_LINES
             return [
                 (logging.DEBUG, f"a Spark Python process's traceback was cut short ({frames[-1].strip()})")
             ]

@@ -335,3 +335,42 @@ def test_a_record_glued_to_the_end_of_another_line_is_split() -> None:
     # The replicator's own traceback is shown even when cut short.
     assert out[:3] == [(logging.WARNING, x) for x in [*replicator_frames[:2], "    raise Val"]]
     assert out[3] == (logging.INFO, "Executor: ran")
+
+
+def test_a_traceback_through_the_replicators_code_cut_by_a_record_is_shown() -> None:
+    """A worker's traceback starts with pyspark's frames and reaches the replicator's later: one
+    cut before those (by a record of the failed task) is not pyspark's closed pipe."""
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/v/lib/python3.11/site-packages/pyspark/worker.py", line 2000, in main',
+        "    process()",
+        "2026-11-27 13:21:51,835 ERROR spark.Executor: Exception in task 0.0 in stage 3.0 (TID 3)",
+    ]
+    quiet = JvmOutput(quiet=True)
+    out = [o for line in lines for o in quiet.feed(line)]
+    assert out[:3] == [(logging.WARNING, x) for x in lines[:3]]
+    # The closed pipe's shortcut is not armed by it: a closed pipe line after the failed task's
+    # stack (dropped with its record) is shown.
+    assert quiet.feed("2026-11-27 13:21:52,000 INFO spark.A: next") == [(logging.INFO, "A: next")]
+    assert quiet.feed("BrokenPipeError: [Errno 32] Broken pipe") == [
+        (logging.WARNING, "BrokenPipeError: [Errno 32] Broken pipe")
+    ]
+
+
+def test_a_closed_pipe_long_after_a_cut_traceback_is_shown() -> None:
+    quiet = JvmOutput(quiet=True)
+    cut = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.11/socket.py", line 724, in write',
+        "    ret2026-11-27 13:21:51,835 INFO spark.A: one",
+    ]
+    assert [level for line in cut for level, _ in quiet.feed(line)] == [logging.DEBUG, logging.INFO]
+    for n in ("two", "three"):
+        quiet.feed(f"2026-11-27 13:21:52,000 INFO spark.A: {n}")
+    assert quiet.feed("EOFError") == [(logging.WARNING, "EOFError")]
+
+
+def test_a_line_of_many_glued_records_is_split_without_recursing() -> None:
+    record = "2026-11-27 13:21:51,835 INFO spark.A: x"
+    out = JvmOutput(quiet=True).feed("head" + record * 5000)
+    assert out[0] == (logging.WARNING, "head") and out[1:] == [(logging.INFO, "A: x")] * 5000
