@@ -15,19 +15,21 @@ not change its results (tests/unit/sampling/test_rules.py checks it against `ref
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
 import numpy as np
+import orjson
 
 from replicator.subjects import subject_tokens
 
 PROTOCOL = "io.choria.sr.v2.age_advisory"
 KSUID_EPOCH = 1_400_000_000
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_B62_2, _B62_4 = 62**2, 62**4
+_B62_PAIRS = [a + b for a in _B62 for b in _B62]  # every two-digit string, by its value
 
 
 class Event(StrEnum):
@@ -84,11 +86,13 @@ class Advisory:
         # The payload's `value` keeps the sender as it is; the subject takes a safe form of it.
         return template.replace("%s", self.event).replace("%v", subject_tokens(self.sender))
 
-    def payload(self, p: SamplingParams) -> bytes:
-        return json.dumps(
+    def payload(self, p: SamplingParams, event_id: str | None = None) -> bytes:
+        """The advisory's JSON; `event_id` if the caller computed it already (for its header).
+        orjson: a tenth of json.dumps's time, a share of every new sender's cost."""
+        return orjson.dumps(
             {
                 "protocol": PROTOCOL,
-                "event_id": self.event_id(p.stream),
+                "event_id": event_id if event_id is not None else self.event_id(p.stream),
                 "inspect_field": p.inspect_label,
                 "age": (self.event_ms - self.seen_ms) // 1000,
                 "seen": self.seen_ms // 1000,
@@ -96,9 +100,8 @@ class Advisory:
                 "timestamp": self.event_ms // 1000,
                 "event": self.event,
                 "value": self.sender,
-            },
-            separators=(",", ":"),
-        ).encode()
+            }
+        )
 
 
 def ksuid(unix_seconds: int, key: str) -> str:
@@ -108,12 +111,17 @@ def ksuid(unix_seconds: int, key: str) -> str:
         max(0, unix_seconds - KSUID_EPOCH).to_bytes(4, "big")
         + hashlib.blake2b(key.encode(), digest_size=16).digest()
     )
+    # Four digits per division of the 160-bit number (then small ints and a table of digit
+    # pairs), not one: fewer big-int divisions for every advisory.
     n = int.from_bytes(raw, "big")
-    out = []
-    for _ in range(27):
-        n, r = divmod(n, 62)
-        out.append(_B62[r])
-    return "".join(reversed(out))
+    chunks = []
+    for _ in range(6):  # the 24 low digits
+        n, r = divmod(n, _B62_4)
+        hi, lo = divmod(r, _B62_2)
+        chunks.append(_B62_PAIRS[hi] + _B62_PAIRS[lo])
+    hi, lo = divmod(n, _B62_2)  # the top 3 (n < 62**3)
+    chunks.append(_B62_PAIRS[hi][1] + _B62_PAIRS[lo])
+    return "".join(reversed(chunks))
 
 
 def splay(sender: str) -> float:

@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness.streams import count_messages as count
 from harness.streams import read_all
-from replicator.headers import parse_source_header
+from replicator.headers import MSG_ID_HEADER, parse_source_header
 from replicator.nats.wire import first_value
 from replicator.sampling.reference import reference
 from replicator.sampling.rules import Message, SamplingParams
@@ -198,6 +198,12 @@ def test_fleet_sampling_matches_the_rules_copy_by_copy_and_advisory_by_advisory(
     assert {d["protocol"] for d in docs} == {"io.choria.sr.v2.age_advisory"}
     assert all(d["replicator"] == "dc1" and d["inspect_field"] == "sender" for d in docs)
     assert len({d["event_id"] for d in docs}) == len(docs)  # no advisory doubled
+    # The target's duplicate window knows an advisory by its Nats-Msg-Id: its own event id.
+    ids = [
+        (first_value(m.headers, MSG_ID_HEADER), json.loads(m.data)["event_id"])
+        for m in run(read_all(src, "ADV"))
+    ]
+    assert len(ids) == len(docs) and all(header == payload for header, payload in ids)
 
 
 def test_header_and_subject_token_keys_and_messages_without_a_sender(

@@ -167,6 +167,20 @@ def test_advisory_document_and_ids() -> None:
         "REG"
     )
     assert ksuid(1_700_000_000, "x") < ksuid(1_700_000_001, "a")  # k-sortable by time
+    # An advisory replayed after an upgrade must keep its id (the target's duplicate window):
+    # ids made by the earlier encoding, one digit per division.
+    assert [
+        ksuid(1_700_000_000, "x"),
+        ksuid(0, ""),
+        ksuid(1_400_000_000 + 2**32 - 1, "REG\x00n1\x00new\x001"),
+    ] == [
+        "2YBXZJup4TPHzdwoEnkbUky9DhK",
+        "000006ArkOG1TgYww2IfEliuHCa",
+        "aWgEPMdYqeGIBQeb8BW2oRImpFx",
+    ]
+    assert json.loads(a.payload(P, "given"))["event_id"] == "given"
+    odd = 'nœud "7"\\ \u2028\x01'  # a sender's value as JSON must escape it: quotes, controls, non-ASCII
+    assert json.loads(Advisory(Event.NEW, odd, a.event_ms, a.event_ms).payload(P))["value"] == odd
     assert 0 <= splay("a") < 1 and splay("a") == splay("a") != splay("b")
 
 
