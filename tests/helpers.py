@@ -39,7 +39,13 @@ async def create_stream(url: str, name: str, subjects: list[str], **kw: Any) -> 
         await nc.close()
 
 
-async def publish_once_led(js: JetStreamContext, subject: str, data: bytes, timeout: float = 30) -> int:
+async def publish_once_led(
+    js: JetStreamContext,
+    subject: str,
+    data: bytes,
+    timeout: float = 30,
+    headers: dict[str, str] | None = None,
+) -> int:
     """JetStream-publish one message to a stream just created, and its sequence. A replicated
     stream answers only once its group has elected a leader and the leader's interest reached
     the server we are connected to; until then the publish has no responders, so nothing
@@ -47,7 +53,7 @@ async def publish_once_led(js: JetStreamContext, subject: str, data: bytes, time
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return (await js.publish(subject, data)).seq
+            return (await js.publish(subject, data, headers=headers)).seq
         except NoStreamResponseError:
             if time.monotonic() > deadline:
                 raise
@@ -57,13 +63,19 @@ async def publish_once_led(js: JetStreamContext, subject: str, data: bytes, time
 async def publish(
     url: str, items: list[tuple[str, bytes, dict[str, str] | None]], stream: str | None = None
 ) -> list[int]:
-    """JetStream-publish (subject, data, headers) items; returns their sequences."""
+    """JetStream-publish (subject, data, headers) items; returns their sequences. The first is
+    published alone, until the stream answers (a replicated stream just created may not yet),
+    then the rest pipelined."""
     nc = await nats.connect(url.split(","))
     try:
         js = nc.jetstream(publish_async_max_pending=2000)
-        futs = [await js.publish_async(s, d, headers=h) for s, d, h in items]
+        if not items:
+            return []
+        (s, d, h), rest = items[0], items[1:]
+        first = await publish_once_led(js, s, d, headers=h)
+        futs = [await js.publish_async(s, d, headers=h) for s, d, h in rest]
         acks = await asyncio.gather(*futs)
-        return [a.seq for a in acks]
+        return [first, *(a.seq for a in acks)]
     finally:
         await nc.close()
 
