@@ -41,6 +41,8 @@ _SERVER_HEADER_BYTES = frozenset(h.encode() for h in SERVER_HEADERS)
 
 # What nats-py accepts as a header name when publishing (RFC 7230 tokens).
 HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# A value that needs no change to be one header line: printable ASCII, no edge spaces.
+HEADER_VALUE_SAFE = re.compile(r"[!-~]+(?: [!-~]+)*")
 # A received name holding one of these is skipped, as nats-py skips it (the ASCII characters
 # str.isspace() accepts).
 _HEADER_NAME_BLANK = re.compile(rb"[\s\x1c-\x1f]")

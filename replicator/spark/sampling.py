@@ -11,7 +11,6 @@ continue exactly where the last committed batch left off. One group per sender w
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator.aio import LoopThread
-from replicator.headers import MSG_ID_HEADER
 from replicator.metrics import LIMITER, metrics
 from replicator.nats.advisories import publish_advisories
 from replicator.sampling import state
@@ -36,14 +34,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# One row per copy (kind copy), per advisory (kind adv, with its event), and per bucket and
+# One row per copy (kind copy), per advisory (kind adv, with its event, and its event id in
+# `event_id`: the payload's and the Nats-Msg-Id it is published with), and per bucket and
 # batch (kind stats: how many messages the bucket decided in `received`, their bytes in
 # `received_bytes` and the last one's sequence in `seq`; its senders in `size`, those advised
 # timed out in `warned`, and how many of the messages had no sender or were forced, in `unkeyed`
 # and `forced`; every bucket runs in every batch). Messages not copied have no row: most are not,
 # and each row costs Spark's conversions and the driver's collect.
 OUTPUT_SCHEMA = (
-    "kind STRING, seq BIGINT, subject STRING, ts_ms BIGINT, headers STRING, data BINARY, size INT, "
+    "kind STRING, seq BIGINT, subject STRING, ts_ms BIGINT, event_id STRING, data BINARY, size INT, "
     "event STRING, unkeyed INT, forced INT, warned INT, received INT, received_bytes BIGINT"
 )
 # A bucket's sender table, encoded by replicator.sampling.state.
@@ -92,7 +91,7 @@ def bucket_function(
         # pandas test every value of them (~6 % of the workers' time at 100,000 senders).
         copied = np.flatnonzero(np.array(copies, bool))
         n_copies, n_advs = len(copied), len(advs)
-        # Each id once: the header's Nats-Msg-Id and the payload's event_id are the same KSUID.
+        # Each id once: the payload's event_id is the Nats-Msg-Id the sink publishes it with.
         event_ids = [a.event_id(p.stream) for a in advs]
         no_copy, no_row = [None] * n_copies, [None] * (n_copies + n_advs)
         yield pd.DataFrame(
@@ -107,12 +106,7 @@ def bucket_function(
                 "ts_ms": np.concatenate(
                     [ts_ms[copied], np.array([a.event_ms for a in advs], np.int64), [clock_ms]]
                 ),
-                "headers": [
-                    *no_copy,
-                    # A KSUID is base62: nothing in it needs escaping.
-                    *(f'[["{MSG_ID_HEADER}","{event_id}"]]' for event_id in event_ids),
-                    None,
-                ],
+                "event_id": [*no_copy, *event_ids, None],
                 "data": [*no_copy, *(a.payload(p, i) for a, i in zip(advs, event_ids, strict=True)), None],
                 "size": np.concatenate([sizes[copied], np.zeros(n_advs, np.int64), [len(table)]]),
                 "event": [*no_copy, *(str(a.event) for a in advs), None],
@@ -295,15 +289,14 @@ class SamplingSink:
                                      len(seqs) - found, len(seqs))  # fmt: skip
 
     async def _advise(self, advs: pa.Table) -> None:
-        advisories = [
-            (subject, data, [(k, v) for k, v in json.loads(headers)])
-            for subject, data, headers in zip(
+        advisories = list(
+            zip(
                 advs.column("subject").to_pylist(),
                 advs.column("data").to_pylist(),
-                advs.column("headers").to_pylist(),
+                advs.column("event_id").to_pylist(),
                 strict=True,
             )
-        ]
+        )
         await publish_advisories(await self.source.connection(), advisories, self.p.advisory_reliable)
 
     def close(self) -> None:

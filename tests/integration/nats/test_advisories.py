@@ -20,11 +20,11 @@ from replicator.nats.publisher import PublishError
 
 pytestmark = pytest.mark.integration
 
-Advisory = tuple[str, bytes, list[tuple[str, str]]]
+Advisory = tuple[str, bytes, str]
 
 
 def advisories(ids: range, subject: str = "adv.new.{i}") -> list[Advisory]:
-    return [(subject.format(i=i), f'{{"i":{i}}}'.encode(), [("Nats-Msg-Id", f"event-{i}")]) for i in ids]
+    return [(subject.format(i=i), f'{{"i":{i}}}'.encode(), f"event-{i}") for i in ids]
 
 
 def publish(url: str, advs: list[Advisory]) -> None:
