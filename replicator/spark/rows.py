@@ -3,7 +3,7 @@ that only the processes that read messages import pyarrow).
 
 Headers keep every value of a repeated name, in order: a map column of (name, value) entries
 (Arrow and Spark keep a map's entries as given). A sampled row carries neither headers nor
-payload (see to_sampling_batch); an advisory row's headers are a JSON array of [name, value].
+payload (see to_sampling_batch).
 """
 
 from __future__ import annotations
