@@ -245,8 +245,15 @@ def test_a_sampled_stream_across_a_kill_9_of_its_leader(
         )
         a.kill9()
         died, before = time.monotonic(), run(count(dst, "REG"))
-        wait_for(lambda: run(count(dst, "REG")) > before, 90, "b's first copy", b)
-        print(f"\nsampled failover: b's first copy {time.monotonic() - died:.1f} s after the kill")
+        wait_for(lambda: "became the leader" in b.output(), 90, "b leading", b)
+        # b's first copy, unless the fleet ends first: on a loaded machine a may have copied its
+        # 150 only after the fleet's last message, and what a left then may hold no copy that
+        # is due (seen in CI). What b did is checked exactly below either way.
+        wait_for(
+            lambda: run(count(dst, "REG")) > before or fleet.poll() is not None, 120, "b's first copy", b
+        )
+        if run(count(dst, "REG")) > before:
+            print(f"\nsampled failover: b's first copy {time.monotonic() - died:.1f} s after the kill")
         assert fleet.wait(180) == 0, fleet.stderr.read() if fleet.stderr else ""
         if shared:
             want_copied, want_advs = settle_expected(src, dst, b)
