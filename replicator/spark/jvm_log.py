@@ -20,17 +20,15 @@ _CHATTER = (
     re.compile(r'^Setting Spark log level to "'),
 )
 # Spark's log4j patterns: ours (log4j2-quiet.properties) and Spark's default one.
-_LOG4J_LINE = re.compile(
-    r"^(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ |\d\d/\d\d/\d\d \d\d:\d\d:\d\d )"
-    r"(?P<level>ERROR|WARN|INFO|DEBUG|TRACE|FATAL) (?:spark\.)?(?P<logger>[\w.$-]+): (?P<message>.*)$"
+_LOG4J_PREFIX = (
+    r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ |\d\d/\d\d/\d\d \d\d:\d\d:\d\d )"
+    r"(?P<level>ERROR|WARN|INFO|DEBUG|TRACE|FATAL) "
 )
+_LOG4J_LINE = re.compile(rf"^{_LOG4J_PREFIX}(?:spark\.)?(?P<logger>[\w.$-]+): (?P<message>.*)$")
 # The same record's start anywhere in a line: two processes share the JVM's stderr, so a record
 # can begin in the middle of another process's line (seen: a Python traceback cut mid-word by
 # Spark's "terminated with error" record, which then went unrecognised).
-_LOG4J_START = re.compile(
-    r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ |\d\d/\d\d/\d\d \d\d:\d\d:\d\d )"
-    r"(?:ERROR|WARN|INFO|DEBUG|TRACE|FATAL) "
-)
+_LOG4J_START = re.compile(_LOG4J_PREFIX)
 _LEVELS = {
     "FATAL": logging.CRITICAL,
     "ERROR": logging.ERROR,
@@ -68,6 +66,10 @@ _DAEMON_FRAME = re.compile(r'^\s+File "(.*/pyspark/.*|.*/lib/python3\.\d+/[^/]+\
 _SOCKET_FRAME = re.compile(r'^\s+File ".*/lib/python3\.\d+/socket\.py", line \d+, in (write|readinto)$')
 _CUT_SHORT_LINES = 3
 _CHAINED = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
+
+
+def _pipe_closed_line(exception: str) -> tuple[int, str]:
+    return logging.DEBUG, f"a Spark Python process found its pipe to the JVM closed ({exception})"
 
 
 class JvmOutput:
@@ -111,7 +113,7 @@ class JvmOutput:
                 return [(logging.DEBUG, line)]
             if self.quiet and self._cut_short and _WORKER_PIPE_CLOSED.match(line):
                 self._cut_short = 0
-                return [(logging.DEBUG, f"a Spark Python process found its pipe to the JVM closed ({line})")]
+                return [_pipe_closed_line(line)]
             if line.strip():
                 self._pipe_closed = False
             out = self.classify(line)
@@ -158,7 +160,7 @@ class JvmOutput:
             and _WORKER_PIPE_CLOSED.match(block[-1])
         ):
             self._pipe_closed = True
-            return [(logging.DEBUG, f"a Spark Python process found its pipe to the JVM closed ({block[-1]})")]
+            return [_pipe_closed_line(block[-1])]
         return [out for x in block if (out := self.classify(x)) is not None]
 
     def flush(self) -> list[tuple[int, str]]:
