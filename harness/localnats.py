@@ -5,6 +5,7 @@ this venv (or PATH)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import shutil
 import signal
@@ -28,24 +29,34 @@ def _ephemeral_range() -> tuple[int, int]:
 
 
 _PORTS = random.Random()
+# Ports this process has handed out: drawn at random, a port not yet bound could be drawn twice
+# (two servers of one cluster were given the same port in CI; the second exited, unnoticed,
+# because the first answered on it).
+_HANDED_OUT: set[int] = set()
 
 
 def free_port() -> int:
-    """A loopback port free now, below the kernel's ephemeral range: a port the kernel hands
-    out (bind to 0) can be taken by any process's outgoing connection before a server binds it,
-    and a test's nats-server then fails to start (seen in CI)."""
+    """A loopback port free now and not handed out before by this process, below the kernel's
+    ephemeral range: a port the kernel hands out (bind to 0) can be taken by any process's
+    outgoing connection before a server binds it, and a test's nats-server then fails to start
+    (seen in CI)."""
     low, _ = _ephemeral_range()
     for _ in range(200):
         port = _PORTS.randrange(20_000, max(low, 20_001))
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _HANDED_OUT.add(port)
+        return port
     with socket.socket() as s:  # all tried were taken: let the kernel choose
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        port = int(s.getsockname()[1])
+    _HANDED_OUT.add(port)
+    return port
 
 
 def nats_server_binary() -> str:
@@ -60,15 +71,44 @@ def nats_server_binary() -> str:
     return found
 
 
+def _served_by(sock: socket.socket) -> str | None:
+    """The server_name in the INFO a NATS server sends on connect; None when none comes at
+    once (a server that wants the TLS handshake first sends nothing)."""
+    sock.settimeout(0.5)
+    data = b""
+    with contextlib.suppress(OSError):
+        while b"\r\n" not in data and len(data) < 65536:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    line = data.split(b"\r\n", 1)[0]
+    if not line.startswith(b"INFO "):
+        return None
+    with contextlib.suppress(ValueError):
+        info = json.loads(line[5:])
+        if isinstance(info, dict):
+            return str(info.get("server_name", "")) or None
+    return None
+
+
 def wait_port(
-    host: str, port: int, timeout: float = 20.0, exited: Callable[[], int | None] | None = None
+    host: str,
+    port: int,
+    timeout: float = 20.0,
+    exited: Callable[[], int | None] | None = None,
+    name: str | None = None,
 ) -> None:
     """Until something listens on host:port; `exited` tells the server's exit code once it has
-    exited (a process's poll, a container's state), which ends the wait with that error."""
+    exited (a process's poll, a container's state), which ends the wait with that error. With
+    `name`, a NATS server that names itself otherwise in its INFO is not the one waited for:
+    another holds the port, and this one exits when it cannot bind it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
-            return
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5) as sock:
+            served_by = _served_by(sock) if name is not None else None
+            if served_by is None or served_by == name:
+                return
         code = exited() if exited is not None else None
         if code is not None:
             raise RuntimeError(f"nats-server on {host}:{port} exited ({code}) before listening")
@@ -144,7 +184,7 @@ class NatsServer:
             )
         try:
             # A restarted server recovers its JetStream store before it listens: slow on a busy host.
-            wait_port(self.host, self.port, timeout=60.0, exited=self.proc.poll)
+            wait_port(self.host, self.port, timeout=60.0, exited=self.proc.poll, name=self.name)
         except RuntimeError as e:
             self.stop()
             tail = self.log_file.read_text(errors="replace")[-1500:]

@@ -71,10 +71,10 @@ class _HostNetworkNats(NatsContainer):
     """testcontainers' NATS module on the host's network: no port mappings; ready once the
     server listens on its port (the module's log wait polls once a second)."""
 
-    def __init__(self, image: str, config_file: Path, host: str, port: int) -> None:
+    def __init__(self, image: str, config_file: Path, host: str, port: int, name: str) -> None:
         super().__init__(image=image, jetstream=False)
         self.ports = {}
-        self.host, self.port = host, port
+        self.host, self.port, self.server_name = host, port, name
         # As this user: the server's files in its directory stay this user's to remove.
         self.with_kwargs(network_mode="host", user=f"{os.getuid()}:{os.getgid()}")
         directory = str(config_file.parent)
@@ -89,7 +89,7 @@ class _HostNetworkNats(NatsContainer):
             return int(wrapped.attrs["State"]["ExitCode"]) if wrapped.status == "exited" else None
 
         try:  # a restarted server first recovers its store
-            wait_port(self.host, self.port, timeout=60.0, exited=exited)
+            wait_port(self.host, self.port, timeout=60.0, exited=exited, name=self.server_name)
         except RuntimeError as e:
             tail = wrapped.logs().decode(errors="replace")[-1500:]
             raise RuntimeError(f"{e} (container {wrapped.short_id}); its log:\n{tail}") from None
@@ -104,7 +104,7 @@ class ContainerNatsServer(NatsServer):
 
     def start(self) -> None:
         if self.container is None:
-            self.container = _HostNetworkNats(nats_image(), self.config_file, self.host, self.port)
+            self.container = _HostNetworkNats(nats_image(), self.config_file, self.host, self.port, self.name)
             try:
                 self.container.start()
             except BaseException:
