@@ -54,7 +54,7 @@ from replicator.sampling.choria_state import (
 )
 from replicator.sampling.rules import Event, SamplingParams
 from replicator.source_reader import SourceReader
-from replicator.spark.checkpoint import CheckpointFiles, open_checkpoint
+from replicator.spark.checkpoint import CheckpointFiles, committed_end, open_checkpoint
 from replicator.spark.datasource import (
     choose_initial_offset,
     parse_initial_offset,
@@ -366,6 +366,16 @@ class StreamReplication:
         for leftover in crash_leftovers(files):
             files.delete(leftover)
             self.log.info("removed %s, a log file half-written when the last run was killed", leftover)
+        if self.sampling_sink is not None:
+            # A sampled batch commits only once its copies are acknowledged, so all up to the
+            # committed end is handled (copied or skipped), though the target's last copy may be
+            # older: from there, not from that copy, the lag counts (a restart or a takeover of a
+            # shared checkpoint showed the skipped tail as lag until the next batch with data).
+            # Not past the source's end: a stream recreated since reads from its start again.
+            end = committed_end(files)
+            last = self._source_last_seq() if end else None
+            if end and last is not None and end - 1 <= last:
+                self.sink.handled_up_to(end - 1)
         options = dataclasses.replace(self.reader_options(), initial_offset=self._initial_offset(files))
         df = spark.readStream.format("nats-jetstream").options(**options.to_spark()).load()
         sink: Any = self.sink
@@ -478,6 +488,18 @@ class StreamReplication:
             return bool(self.loop.run(asyncio.wait_for(probe(), timeout), timeout + 1))
         except Exception:
             return False
+
+    def _source_last_seq(self) -> int | None:
+        """The source stream's last sequence now, None when it cannot be asked."""
+
+        async def last() -> int | None:
+            info = await stream_info(self._source_nc, self.s.stream)
+            return None if info is None else int(info.state.last_seq)
+
+        try:
+            return self.loop.run(last(), 5)
+        except Exception:
+            return None
 
     def update_lag(self) -> int | None:
         """Source lag (last stream sequence - last copied sequence), also set as a metric."""

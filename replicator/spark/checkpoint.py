@@ -134,3 +134,17 @@ def open_checkpoint(location: str, spark: SparkSession | None) -> CheckpointFile
     if spark is None:
         raise RuntimeError(f"checkpoint {location} is a URI: it is read through a Spark session")
     return HadoopCheckpoint(spark, location)
+
+
+def committed_end(files: CheckpointFiles) -> int | None:
+    """The next source sequence after the last batch the checkpoint's commit log holds (the
+    `seq` of that batch's offset log entry), or None: no batch committed, or its entry not in
+    the form replicator.spark.datasource writes."""
+    from replicator.spark.internals import offset_log_source_offset
+
+    batches = [int(name) for name in files.names("commits") if name.isdigit()]
+    if not batches:
+        return None
+    offset = offset_log_source_offset(files.read_text(f"offsets/{max(batches)}"))
+    seq = offset.get("seq") if offset is not None else None
+    return seq if isinstance(seq, int) else None

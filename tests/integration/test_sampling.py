@@ -29,6 +29,7 @@ from helpers import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.scrape import scrape
 from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import MSG_ID_HEADER, parse_source_header
@@ -365,3 +366,16 @@ def test_admin_state_lists_tracked_senders_from_the_checkpoint(
     back = {c.sender: c for c in read_choria_state(choria_state_file(tmp_path / "state", "REG", "dc1"))}
     assert sorted(back) == sorted(rows)
     assert all(back[name].size == int(rows[name][3]) and not back[name].advised for name in rows)
+
+    # Started again with nothing new: every message was handled (5 copied, 10 skipped), so its
+    # lag is 0, not the 10 skipped after the target's last copy (what a restart showed before).
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(120)
+        lags = []
+        for _ in range(8):  # the lag is measured every second
+            lags.append(scrape(rep.metrics_url)["lag"])
+            time.sleep(0.5)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert lags == [0] * len(lags), lags
