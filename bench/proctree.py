@@ -16,6 +16,7 @@ import ctypes
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -180,3 +181,90 @@ class CpuSplit:
                 kinds[kind] = kinds.get(kind, 0.0) + used
         self.seconds = {k: round(v, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}
         return self.seconds
+
+
+def _machine_busy_ticks() -> tuple[int, int]:
+    """(busy, all) CPU ticks of the whole machine since boot (/proc/stat's first line)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+class GroupCpu:
+    """CPU seconds of named groups of process trees between `start()` and `stop()`, and the
+    whole machine's, so a run on a shared machine shows who used its cores. `groups()` gives
+    each group's root pids now (a restarted process has a new pid): it is asked every
+    `interval`, and a process is counted up to its last sample, from its ticks at `start()`
+    (0 for one started since). A group named in `split` is split further by _kind (JVM, Python
+    task workers, driver). CPU of a process that exits within `interval` of its last sample is
+    partly missed (under `interval` of it)."""
+
+    def __init__(
+        self,
+        groups: Callable[[], dict[str, list[int]]],
+        split: frozenset[str] = frozenset(),
+        interval: float = 1.0,
+    ) -> None:
+        self.groups, self.split, self.interval = groups, split, interval
+        self._first: dict[int, int] = {}
+        self._last: dict[int, tuple[str, int]] = {}
+        self._machine: tuple[int, int] = (0, 0)
+        self._t0 = 0.0
+        self.seconds: dict[str, float] = {}
+        self.wall = 0.0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self, first: bool = False) -> None:
+        try:
+            groups = self.groups()
+        except Exception:  # a process being replaced just now: the next sample has it
+            return
+        for name, roots in groups.items():
+            for root in roots:
+                for pid in _tree_pids(root):
+                    with contextlib.suppress(OSError, ValueError, IndexError):
+                        ticks = _cpu_ticks(pid)
+                        label = f"{name}: {_kind(pid)}" if name in self.split else name
+                        if first:
+                            self._first[pid] = ticks
+                        self._last[pid] = (label, ticks)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def start(self) -> None:
+        self._t0, self._machine = time.monotonic(), _machine_busy_ticks()
+        self._sample(first=True)
+        self._t.start()
+
+    def lap(self) -> tuple[dict[str, float], float]:
+        """Each group's CPU seconds so far, with "rest of the machine" (what no group used), and
+        the seconds since `start()`; the sampling goes on."""
+        self._sample()
+        wall = time.monotonic() - self._t0
+        hz = os.sysconf("SC_CLK_TCK")
+        used: dict[str, float] = {}
+        for pid, (label, ticks) in self._last.items():
+            used[label] = used.get(label, 0.0) + (ticks - self._first.get(pid, 0)) / hz
+        busy = (_machine_busy_ticks()[0] - self._machine[0]) / hz
+        used["rest of the machine"] = max(0.0, busy - sum(used.values()))
+        return {k: round(v, 1) for k, v in sorted(used.items(), key=lambda kv: -kv[1])}, wall
+
+    def stop(self) -> dict[str, float]:
+        """The last lap, kept in `seconds` and `wall`; the sampling ends."""
+        self._stop.set()
+        self._t.join()
+        self.seconds, self.wall = self.lap()
+        return self.seconds
+
+    @staticmethod
+    def percent(seconds: dict[str, float], wall: float) -> dict[str, float]:
+        """CPU seconds as percentages of the machine's (all its cores) over `wall` seconds."""
+        capacity = wall * (os.cpu_count() or 1)
+        return {k: round(100 * v / capacity, 1) for k, v in seconds.items()} if capacity else {}
+
+    def shares(self) -> dict[str, float]:
+        """`seconds` as percentages of the machine over `wall` (after `stop()`)."""
+        return self.percent(self.seconds, self.wall)

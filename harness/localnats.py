@@ -176,6 +176,11 @@ class NatsServer:
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id on this host, None while it is not running."""
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
     def start(self) -> None:
         assert self.log_file is not None
         with self.log_file.open("ab") as log:

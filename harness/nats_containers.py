@@ -153,6 +153,12 @@ class ContainerNatsServer(NatsServer):
             self.container.stop()  # removes it
             self.container = None
 
+    @property
+    def pid(self) -> int | None:
+        if self.container is None or self._status() != "running":
+            return None
+        return self.container_pid()
+
     def container_pid(self) -> int:
         """The server's process id on this host (the engine's view of the container)."""
         assert self.container is not None

@@ -24,6 +24,7 @@ import nats
 import yaml
 from nats.js.api import KeyValueConfig, StreamConfig
 
+from bench.proctree import GroupCpu
 from emulator.publisher import stream_subjects
 from harness.localnats import free_port
 from harness.process import ReplicatorProcess, readiness
@@ -182,10 +183,11 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
     with contextlib.ExitStack() as stack:
         # Configs, checkpoints and the emulators' summaries; the logs go to report_dir.
         stack.callback(shutil.rmtree, work, True)
-        urls = {
-            name: stack.enter_context(nats_cluster(c.servers, name, max_file_store=c.max_file_store)).url
+        clusters_up = {
+            name: stack.enter_context(nats_cluster(c.servers, name, max_file_store=c.max_file_store))
             for name, c in clusters.items()
         }
+        urls = {name: c.url for name, c in clusters_up.items()}
         asyncio.run(create_streams(urls, spec))
         procs: dict[str, list[ReplicatorProcess]] = {}
         hops: list[HopRef] = []
@@ -221,10 +223,23 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
         sampler = Sampler(watched, hops)
         sampler.start()
         stack.callback(sampler.stop)
+        cpu = GroupCpu(
+            lambda: {
+                "emulators": [e.pid for _, _, e in emulators if e.poll() is None],
+                **{
+                    f"{name} servers": [p for sv in c.servers if (p := sv.pid)]
+                    for name, c in clusters_up.items()
+                },
+                "replicators": [r.proc.pid for r in everyone if r.proc is not None and r.proc.poll() is None],
+            },
+            split=frozenset({"replicators"}),
+        )
         fleet_file = work / "fleet.yaml"
         fleet_file.write_text(spec.path.read_text() if spec.path else "")
         t0 = time.monotonic()
-        emulators = []
+        emulators: list[tuple[Path, Path, subprocess.Popen[bytes]]] = []
+        cpu.start()  # from the fleet's first message until every copy is checked
+        stack.callback(lambda: cpu.seconds or cpu.stop())
         for name, c in clusters.items():
             if not c.data_centres:
                 continue
@@ -247,8 +262,10 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
             if emu.wait() != 0:
                 raise RuntimeError(f"emulator failed; see {errlog}")
         publish_seconds = time.monotonic() - t0
+        during_fleet = GroupCpu.percent(*cpu.lap())
         outage_thread.join()
         truths, cut = settle_for_check(spec, hops)
+        cpu.stop()
         time.sleep(2)  # anything late (a wrong advisory) arrives too
         finals = {h.label: scrape(h.metrics_url(), worker=h.hop.name) for h in hops}
         _parallel([r.stop for r in everyone])
@@ -261,6 +278,8 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
         published=sum(int(x["published"]) for x in summaries),
         publish_seconds=publish_seconds,
         publish_rate=sum(float(x["rate"]) for x in summaries),
+        cpu_seconds=cpu.seconds,
+        cpu_percent=during_fleet,
     )
     report = evaluate(spec, obs)
     (report_dir / f"{s.name}.json").write_text(json.dumps(report.as_dict(), indent=2))
@@ -489,6 +508,10 @@ class Observation:
     """By the fleet, into every data centre."""
     publish_seconds: float
     publish_rate: float
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
+    """Each part's CPU from the fleet's first message until every copy and advisory was checked."""
+    cpu_percent: dict[str, float] = field(default_factory=dict)
+    """Each part's CPU while the fleet published, as a percentage of the machine (all its cores)."""
 
 
 def evaluate(spec: ScenarioSpec, obs: Observation) -> Report:
@@ -563,6 +586,12 @@ def evaluate(spec: ScenarioSpec, obs: Observation) -> Report:
             report.figures.update(figures)
         else:
             report.figures[o.label] = figures
+    if obs.cpu_percent:
+        # Who used the machine's cores: on a shared machine the replicator gets what is left.
+        report.figures["cpu_percent_of_machine_while_publishing"] = obs.cpu_percent
+        ours = sum(v for k, v in obs.cpu_seconds.items() if k.startswith("replicators"))
+        read = sum(o.truth.published for o in obs.hops)
+        report.figures["replicator_cpu_us_per_message"] = round(1e6 * ours / max(1, read), 1)
     return report
 
 

@@ -167,3 +167,13 @@ def test_a_hop_ref_with_one_instance_needs_no_server_to_name_its_metrics() -> No
     p, hop = spec.hops()[0]
     ref = HopRef("h", p, hop, "", "", ("http://only",))
     assert ref.metrics_url() == "http://only"
+
+
+def test_the_report_shows_who_used_the_machine_and_the_replicators_cpu_per_message(tmp_path: Path) -> None:
+    obs = _observation([1, 5, 9])
+    obs.cpu_seconds = {"emulators": 4.0, "replicators: JVM": 0.002, "replicators: driver (Python)": 0.001}
+    obs.cpu_percent = {"emulators": 20.0, "replicators: JVM": 0.1, "replicators: driver (Python)": 0.0}
+    report = evaluate(plain(tmp_path, "{copy_ratio: [5, 15]}"), obs)
+    assert report.figures["cpu_percent_of_machine_while_publishing"] == obs.cpu_percent
+    assert report.figures["replicator_cpu_us_per_message"] == 100.0  # 3 ms over 30 messages read
+    assert "  cpu_percent_of_machine_while_publishing: emulators=20.0, replicators: JVM=0.1" in report.table()
