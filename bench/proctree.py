@@ -194,10 +194,11 @@ class GroupCpu:
     """CPU seconds of named groups of process trees between `start()` and `stop()`, and the
     whole machine's, so a run on a shared machine shows who used its cores. `groups()` gives
     each group's root pids now (a restarted process has a new pid): it is asked every
-    `interval`, and a process is counted up to its last sample, from its ticks at `start()`
-    (0 for one started since). A group named in `split` is split further by _kind (JVM, Python
-    task workers, driver). CPU of a process that exits within `interval` of its last sample is
-    partly missed (under `interval` of it)."""
+    `interval`, and a process is counted up to its last sample, from its ticks when first seen
+    (0 for one started after `start()`). A process is known by its pid and its start time (pids
+    are reused). A group named in `split` is split further by _kind (JVM, Python task workers,
+    driver). CPU of a process that exits within `interval` of its last sample is partly missed
+    (under `interval` of it)."""
 
     def __init__(
         self,
@@ -206,8 +207,11 @@ class GroupCpu:
         interval: float = 1.0,
     ) -> None:
         self.groups, self.split, self.interval = groups, split, interval
-        self._first: dict[int, int] = {}
-        self._last: dict[int, tuple[str, int]] = {}
+        # (pid, start time in ticks since boot) -> ticks when first seen, and (label, last ticks)
+        self._first: dict[tuple[int, int], int] = {}
+        self._last: dict[tuple[int, int], tuple[str, int]] = {}
+        self._lock = threading.Lock()  # the sampling thread adds while lap() reads
+        self._since = 0  # start() in ticks since boot
         self._machine: tuple[int, int] = (0, 0)
         self._t0 = 0.0
         self.seconds: dict[str, float] = {}
@@ -215,7 +219,7 @@ class GroupCpu:
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self, first: bool = False) -> None:
+    def _sample(self) -> None:
         try:
             groups = self.groups()
         except Exception:  # a process being replaced just now: the next sample has it
@@ -224,19 +228,23 @@ class GroupCpu:
             for root in roots:
                 for pid in _tree_pids(root):
                     with contextlib.suppress(OSError, ValueError, IndexError):
-                        ticks = _cpu_ticks(pid)
+                        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                        key, ticks = (pid, int(stat[19])), int(stat[11]) + int(stat[12])
                         label = f"{name}: {_kind(pid)}" if name in self.split else name
-                        if first:
-                            self._first[pid] = ticks
-                        self._last[pid] = (label, ticks)
+                        with self._lock:
+                            # Started since start(): all its CPU is in the run.
+                            self._first.setdefault(key, 0 if key[1] >= self._since else ticks)
+                            self._last[key] = (label, ticks)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self._sample()
 
     def start(self) -> None:
+        hz = os.sysconf("SC_CLK_TCK")
+        self._since = int(float(Path("/proc/uptime").read_text().split()[0]) * hz)
         self._t0, self._machine = time.monotonic(), _machine_busy_ticks()
-        self._sample(first=True)
+        self._sample()
         self._t.start()
 
     def lap(self) -> tuple[dict[str, float], float]:
@@ -246,8 +254,9 @@ class GroupCpu:
         wall = time.monotonic() - self._t0
         hz = os.sysconf("SC_CLK_TCK")
         used: dict[str, float] = {}
-        for pid, (label, ticks) in self._last.items():
-            used[label] = used.get(label, 0.0) + (ticks - self._first.get(pid, 0)) / hz
+        with self._lock:
+            for key, (label, ticks) in self._last.items():
+                used[label] = used.get(label, 0.0) + (ticks - self._first[key]) / hz
         busy = (_machine_busy_ticks()[0] - self._machine[0]) / hz
         used["rest of the machine"] = max(0.0, busy - sum(used.values()))
         return {k: round(v, 1) for k, v in sorted(used.items(), key=lambda kv: -kv[1])}, wall

@@ -70,9 +70,13 @@ def test_the_server_named_in_the_greeting_is_taken_for_started(other_server: int
     localnats.wait_port("127.0.0.1", other_server, timeout=5, exited=lambda: 1, name="other")
 
 
-def test_a_server_that_sends_no_greeting_is_taken_for_started() -> None:
-    """A server that wants the TLS handshake first says nothing until the client starts it."""
+def test_a_server_that_sends_no_greeting_is_taken_for_started_while_it_runs() -> None:
+    """A server that wants the TLS handshake first says nothing until the client starts it; a
+    silent listener while ours has exited is another process's (a proxy, an HTTP port)."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
-        localnats.wait_port("127.0.0.1", listener.getsockname()[1], timeout=5, exited=lambda: 1, name="mine")
+        port = listener.getsockname()[1]
+        localnats.wait_port("127.0.0.1", port, timeout=5, exited=lambda: None, name="mine")
+        with pytest.raises(RuntimeError, match="exited \\(1\\) before listening"):
+            localnats.wait_port("127.0.0.1", port, timeout=5, exited=lambda: 1, name="mine")
