@@ -129,7 +129,7 @@ def _kind(pid: int) -> str:
         return "JVM"
     if Path(cmd.split(" ", 1)[0]).name == "stream-replicator":
         return "Go replicator"  # the Choria original's binary (ours starts as a Python script)
-    if "pyspark.daemon pyspark.worker" in cmd:
+    if "pyspark.daemon pyspark.worker" in cmd or "replicator.spark.daemon pyspark.worker" in cmd:
         return "Python task workers"
     if "pyspark" in cmd:
         return "Python planner workers"

@@ -248,6 +248,11 @@ class PythonWorkerDaemon:
         self.factory.stop()
 
 
+# The daemon modules Spark starts Python processes with: pyspark's, and the session's default
+# that wraps it (replicator.spark.daemon).
+_DAEMON_MODULES = (b"pyspark.daemon", b"replicator.spark.daemon")
+
+
 def _daemon_processes(module: str) -> list[int]:
     """Pids of the `pyspark.daemon` processes for `module` that Spark's JVM started (its
     children; their workers are the daemons' children). Linux's /proc; elsewhere none, and
@@ -258,7 +263,7 @@ def _daemon_processes(module: str) -> list[int]:
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
-            if b"pyspark.daemon" not in argv or module.encode() not in argv:
+            if not any(d in argv for d in _DAEMON_MODULES) or module.encode() not in argv:
                 continue
             stat = (entry / "stat").read_text()
             if int(stat.rsplit(")", 1)[1].split()[1]) == jvm:

@@ -31,6 +31,9 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.python.worker.reuse": "true",
+    # pyspark's daemon, whose reused workers skip the full collection of their imports after
+    # each task (replicator.spark.daemon): a fifth of the task workers' CPU on a sampled stream.
+    "spark.python.daemon.module": "replicator.spark.daemon",
     "spark.driver.memory": "768m",
     "spark.executor.memory": "768m",
     "spark.sql.execution.arrow.pyspark.enabled": "true",

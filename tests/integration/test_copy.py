@@ -175,7 +175,7 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
         wait_for(lambda: run(count(dst, "EVENTS")) >= 2000, 180, "the backlog copied", rep)
         wait_for(lambda: not planners(), 30, "planner processes gone", rep)
         # Nor were task workers started: embedded, the driver reads every copy batch itself.
-        assert not any("pyspark.daemon pyspark.worker" in c for c in tree_commands(rep.proc.pid))
+        assert not any("daemon pyspark.worker" in c for c in tree_commands(rep.proc.pid))
         processes = tree(rep.proc.pid)
         assert any("java" in c and " -Xms32m " in f" {c} " for c in processes.values()), processes
         # Nor does Spark generate code for the batches' plans, which run only for a batch the

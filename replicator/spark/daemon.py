@@ -1,0 +1,43 @@
+"""Spark's Python daemon (`pyspark.daemon`), with its reused workers' collections made cheap.
+
+Spark starts its Python processes as `python -m <spark.python.daemon.module> <worker module>`;
+the session names this module (replicator.spark.session). It runs pyspark's own daemon and
+changes one thing.
+
+With worker reuse, pyspark's daemon runs a full `gc.collect()` in a worker after every task. A
+worker holds ~90,000 objects from its imports (pyspark, pandas, pyarrow, numpy, nats-py), so
+each collection took ~50 ms however small the task: a fifth of the task workers' CPU while a
+sampled stream was read and decided (py-spy over `bench.sampling_bench`), where every batch
+runs a task per shuffle partition. Here a worker, after its first task, collects in full once
+and then freezes what it holds (`gc.freeze`: its imports and caches are left out of later
+collections). Every later collection looks only at objects made since, so a task's cyclic
+garbage is still freed after that task.
+"""
+
+from __future__ import annotations
+
+import gc
+import socket
+
+from pyspark import daemon
+
+_pyspark_worker = daemon.worker
+_frozen = False
+
+
+def worker(sock: socket.socket, authenticated: bool) -> int:
+    """pyspark's worker (one task), then, after the first, the long-lived objects frozen."""
+    global _frozen
+    code = _pyspark_worker(sock, authenticated)
+    if not _frozen:
+        gc.collect()
+        gc.freeze()
+        _frozen = True
+    return code
+
+
+# The daemon's fork loop calls `worker` by its module-level name.
+daemon.worker = worker
+
+if __name__ == "__main__":
+    daemon.manager()
