@@ -1,8 +1,8 @@
 """Spark's Python daemon (`pyspark.daemon`), with its reused workers' collections made cheap.
 
-Spark starts its Python processes as `python -m <spark.python.daemon.module> <worker module>`;
-the session names this module (replicator.spark.session). It runs pyspark's own daemon and
-changes one thing.
+Spark starts its task workers' daemon as `python -m <spark.python.daemon.module> pyspark.worker`
+(its planner steps always run under `pyspark.daemon`); the session names this module
+(replicator.spark.session). It runs pyspark's own daemon and changes one thing.
 
 With worker reuse, pyspark's daemon runs a full `gc.collect()` in a worker after every task. A
 worker holds ~90,000 objects from its imports (pyspark, pandas, pyarrow, numpy, nats-py), so
@@ -17,6 +17,7 @@ garbage is still freed after that task.
 from __future__ import annotations
 
 import gc
+import os
 import socket
 
 from pyspark import daemon
@@ -29,7 +30,9 @@ def worker(sock: socket.socket, authenticated: bool) -> int:
     """pyspark's worker (one task), then, after the first, the long-lived objects frozen."""
     global _frozen
     code = _pyspark_worker(sock, authenticated)
-    if not _frozen:
+    # Only a worker that goes on to another task: pyspark's ends after a failed task, or after
+    # each one without reuse.
+    if not _frozen and code == 0 and os.environ.get("SPARK_REUSE_WORKER"):
         gc.collect()
         gc.freeze()
         _frozen = True

@@ -248,8 +248,9 @@ class PythonWorkerDaemon:
         self.factory.stop()
 
 
-# The daemon modules Spark starts Python processes with: pyspark's, and the session's default
-# that wraps it (replicator.spark.daemon).
+# The daemon modules Spark starts Python processes with: pyspark's (planner steps always), and
+# the one the session names for task workers (replicator.spark.daemon), should a later Spark
+# start planners with it too.
 _DAEMON_MODULES = (b"pyspark.daemon", b"replicator.spark.daemon")
 
 

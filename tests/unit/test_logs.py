@@ -144,9 +144,22 @@ DAEMON_BROKEN_PIPE = [
 ]
 
 
-def test_a_cancelled_tasks_closed_pipe_in_sparks_daemon_is_one_debug_line() -> None:
+# The same through the daemon the session starts task workers with (replicator.spark.daemon).
+OUR_DAEMON_BROKEN_PIPE = [
+    "Traceback (most recent call last):",
+    '  File "<frozen runpy>", line 198, in _run_module_as_main',
+    '  File "/v/lib/python3.11/site-packages/replicator/spark/daemon.py", line 43, in <module>',
+    '  File "/v/lib/python3.11/site-packages/pyspark/daemon.py", line 264, in manager',
+    '  File "/v/lib/python3.11/site-packages/replicator/spark/daemon.py", line 31, in worker',
+    '  File "/v/lib/python3.11/site-packages/pyspark/daemon.py", line 95, in worker',
+    "BrokenPipeError: [Errno 32] Broken pipe",
+]
+
+
+@pytest.mark.parametrize("traceback", [DAEMON_BROKEN_PIPE, OUR_DAEMON_BROKEN_PIPE], ids=["pyspark", "ours"])
+def test_a_cancelled_tasks_closed_pipe_in_sparks_daemon_is_one_debug_line(traceback: list[str]) -> None:
     quiet = JvmOutput(quiet=True)
-    got = [out for line in DAEMON_BROKEN_PIPE for out in quiet.feed(line + "\n")]
+    got = [out for line in traceback for out in quiet.feed(line + "\n")]
     assert got == [
         (
             logging.DEBUG,
@@ -154,7 +167,7 @@ def test_a_cancelled_tasks_closed_pipe_in_sparks_daemon_is_one_debug_line() -> N
         )
     ]
     loud = JvmOutput(quiet=False)
-    assert [text for line in DAEMON_BROKEN_PIPE for _, text in loud.feed(line)] == DAEMON_BROKEN_PIPE
+    assert [text for line in traceback for _, text in loud.feed(line)] == traceback
 
 
 def test_any_other_python_traceback_is_shown_whole() -> None:

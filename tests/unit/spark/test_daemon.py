@@ -21,6 +21,7 @@ def tasks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     ran: list[int] = []
     monkeypatch.setattr(daemon, "_pyspark_worker", lambda sock, authenticated: ran.append(1) or 0)
     monkeypatch.setattr(daemon, "_frozen", False)
+    monkeypatch.setenv("SPARK_REUSE_WORKER", "1")  # as Spark sets it with worker reuse on
     yield ran
     gc.unfreeze()
 
@@ -51,3 +52,17 @@ def test_after_the_first_task_what_the_worker_holds_is_frozen_and_later_garbage_
         gc.collect()  # what pyspark's daemon runs after each task
         assert gone() is None  # a later task's cyclic garbage is freed
     assert tasks == [1, 1]
+
+
+def test_a_worker_that_ends_after_its_task_is_not_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(daemon, "_frozen", False)
+    monkeypatch.setattr(daemon, "_pyspark_worker", lambda sock, authenticated: 1)  # a failed task
+    monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
+    before = gc.get_freeze_count()
+    a, b = socket.socketpair()
+    with a, b:
+        assert daemon.worker(a, True) == 1
+        monkeypatch.setattr(daemon, "_pyspark_worker", lambda sock, authenticated: 0)
+        monkeypatch.delenv("SPARK_REUSE_WORKER")  # no reuse: each worker runs one task
+        assert daemon.worker(a, True) == 0
+    assert gc.get_freeze_count() == before and not daemon._frozen
