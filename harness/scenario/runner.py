@@ -24,10 +24,10 @@ import nats
 import yaml
 from nats.js.api import KeyValueConfig, StreamConfig
 
-from bench.proctree import GroupCpu
 from emulator.publisher import stream_subjects
 from harness.localnats import free_port
 from harness.process import ReplicatorProcess, readiness
+from harness.proctree import GroupCpu
 from harness.scenario.lag import trailing_seconds, worst_by_minute
 from harness.scenario.spec import HopSpec, ProcessSpec, ScenarioSpec
 from harness.scenario.truth import (
