@@ -188,4 +188,10 @@ def test_a_fast_batch_into_a_stream_that_fills_up_ends_there_without_waiting_out
     first = outcome.first_failure()
     assert first is not None and first.index >= outcome.stored
     assert outcome.stored <= 1000 and landed == [outcome.stored]
-    assert [m.data for m in run(read_all(target.url, "T"))] == [str(i).encode() for i in range(1000)]
+    held = [m.data for m in run(read_all(target.url, "T"))]
+    # A prefix of the batch, in order, holding every copy the outcome vouches for.
+    assert held == [str(i).encode() for i in range(len(held))] and outcome.stored <= len(held)
+    # Filled to its limit. A clustered stream refused the 1000th once in CI, with 999 held and
+    # no copy vouched for beyond them (not reproduced here): full within a few messages there.
+    full = len(held) == 1000 if replicas == 1 else 990 <= len(held) <= 1000
+    assert full, (len(held), outcome.stored, outcome.failures[:3])
