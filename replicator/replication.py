@@ -489,12 +489,17 @@ class StreamReplication:
         except Exception:
             return False
 
-    def _source_last_seq(self) -> int | None:
-        """The source stream's last sequence now, None when it cannot be asked."""
+    def _source_last_seq(self, filtered: bool = False) -> int | None:
+        """The source stream's last sequence now (`filtered`: the last on the entry's
+        filter_subject), None when it cannot be asked."""
 
         async def last() -> int | None:
             info = await stream_info(self._source_nc, self.s.stream)
-            return None if info is None else int(info.state.last_seq)
+            if info is None:
+                return None
+            if filtered:
+                return await last_sequence(self._source_nc, info, self.s.filter_subject)
+            return int(info.state.last_seq)
 
         try:
             return self.loop.run(last(), 5)
@@ -505,15 +510,7 @@ class StreamReplication:
         """Source lag (last stream sequence - last copied sequence), also set as a metric."""
         if self._source_nc is None or self.sink is None:
             return None
-
-        async def last() -> int | None:
-            info = await stream_info(self._source_nc, self.s.stream)
-            return None if info is None else await last_sequence(self._source_nc, info, self.s.filter_subject)
-
-        try:
-            last_seq = self.loop.run(last(), 5)
-        except Exception:
-            return None
+        last_seq = self._source_last_seq(filtered=True)
         if last_seq is None:
             return None
         lag = max(0, last_seq - self.sink.floor)
