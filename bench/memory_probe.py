@@ -21,8 +21,9 @@ from pathlib import Path
 import yaml
 
 from bench.copy_bench import fill, stream_count
-from bench.proctree import _kind, _shares_parent_memory, _tree
+from bench.proctree import _shares_parent_memory
 from harness.localnats import local_cluster
+from harness.proctree import _kind, _tree
 
 
 def rss_by_kind(root: int) -> tuple[int, dict[str, list[int]]]:

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from harness.proctree import GroupCpu, _cpu_ticks, _kind, _tree, _tree_pids
+from harness.proctree import _cpu_ticks, _kind, _tree, _tree_pids
 
 
 def _pss_bytes(pid: int) -> int:
@@ -131,6 +131,3 @@ class CpuSplit:
                 kinds[kind] = kinds.get(kind, 0.0) + used
         self.seconds = {k: round(v, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}
         return self.seconds
-
-
-__all__ = ["CpuSplit", "GroupCpu", "PeakRSS", "_kind", "_shares_parent_memory", "_tree", "tree_memory"]

@@ -37,8 +37,9 @@ import nats
 import yaml
 
 from bench.copy_bench import fill, stream_count
-from bench.proctree import PeakRSS, _kind, _tree
+from bench.proctree import PeakRSS
 from harness.localnats import free_port, local_cluster
+from harness.proctree import _kind, _tree
 
 METRICS = "choria_stream_replicator_replicator"  # the replicator's metric names (Choria's)
 FIGURES = ("first_copy_s", "all_copied_s", "jvm_seen_s", "rss_mb", "pss_mb")

@@ -155,9 +155,9 @@ class ContainerNatsServer(NatsServer):
 
     @property
     def pid(self) -> int | None:
-        if self.container is None or self._status() != "running":
+        if self.container is None:
             return None
-        return self.container_pid()
+        return self.container_pid() or None  # the engine says 0 while it is not running
 
     def container_pid(self) -> int:
         """The server's process id on this host (the engine's view of the container)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import signal
 
-from bench.proctree import _shares_parent_memory, _tree, tree_memory
+from bench.proctree import _shares_parent_memory, tree_memory
+from harness.proctree import _tree
 
 
 def test_a_forked_child_is_its_own_memory_and_counted() -> None:
