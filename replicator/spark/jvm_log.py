@@ -58,12 +58,14 @@ _QUERY_THREAD_DIED = 'Exception in thread "stream execution thread'
 # or its streaming source runner (the planner of a Python data source) prints the traceback.
 _PYTHON_TRACEBACK = "Traceback (most recent call last):"
 _WORKER_PIPE_CLOSED = re.compile(r"^(BrokenPipeError|ConnectionResetError|EOFError)\b")
-# Frames of pyspark itself, of the daemon that runs pyspark's task workers
-# (replicator.spark.daemon), of the Python standard library (socket, contextlib) or frozen
-# modules (runpy): nothing of the replicator's own work. Such a traceback that ends in a closed
-# pipe is pyspark's own, and so are the sentences that chain one to the next.
+# Frames of pyspark itself, of the modules that start pyspark's task workers' daemon and its
+# streaming source runner (replicator.spark.daemon, replicator.spark.source_runner), of the
+# Python standard library (socket, contextlib) or frozen modules (runpy): nothing of the
+# replicator's own work. Such a traceback that ends in a closed pipe is pyspark's own, and so
+# are the sentences that chain one to the next.
 _DAEMON_FRAME = re.compile(
-    r'^\s+File "(.*/pyspark/.*|.*/replicator/spark/daemon\.py|.*/lib/python3\.\d+/[^/]+\.py|<frozen [^>]+>)"'
+    r'^\s+File "(.*/pyspark/.*|.*/replicator/spark/(daemon|source_runner)\.py'
+    r'|.*/lib/python3\.\d+/[^/]+\.py|<frozen [^>]+>)"'
 )
 # pyspark's reads and writes on its socket to the JVM: where a closed pipe is found.
 _SOCKET_FRAME = re.compile(r'^\s+File ".*/lib/python3\.\d+/socket\.py", line \d+, in (write|readinto)$')

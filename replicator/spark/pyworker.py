@@ -10,7 +10,8 @@ that difference is what pushed worker starts past Spark's fixed 10 s connect-bac
 
 With pyspark installed as a package (pip), the zips hold the same code: a small shell script
 drops them from PYTHONPATH and runs the real interpreter, so workers import the compiled
-package. Anything else on PYTHONPATH (say, spark-submit's --py-files) is kept.
+package. Anything else on PYTHONPATH (say, spark-submit's --py-files) is kept. The same script
+starts a streaming query's runner through replicator.spark.source_runner (no pyarrow in it).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ for entry in $PYTHONPATH; do
 done
 IFS="$old_ifs"
 if [ -n "$kept" ]; then export PYTHONPATH="$kept"; else unset PYTHONPATH; fi
+# Spark's streaming source runner starts through a module that keeps it from loading pyarrow,
+# which it does not use (replicator/spark/source_runner.py).
+if [ "$1" = "-m" ] && [ "$2" = "pyspark.sql.streaming.python_streaming_source_runner" ]; then
+  shift
+  set -- -m replicator.spark.source_runner "$@"
+fi
 exec {quoted} "$@"
 """
 

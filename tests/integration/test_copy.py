@@ -191,6 +191,10 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
         assert runners, processes
         for pid in runners:
             assert "pyspark.zip" not in _environ(pid).get("PYTHONPATH", ""), _environ(pid)
+            # Nor does the runner, which lives as long as the query, load pyarrow (~40 MB) for
+            # rows it never sends (replicator.spark.source_runner).
+            assert "replicator.spark.source_runner" in processes[pid], processes[pid]
+            assert "/pyarrow/" not in Path(f"/proc/{pid}/maps").read_text()
         run(publish(src, [(f"events.{i % 5}", registration(i), None) for i in range(2000, 2500)]))
         wait_for(lambda: run(count(dst, "EVENTS")) >= 2500, 60, "new messages copied", rep)
         assert not planners()

@@ -240,10 +240,24 @@ def test_a_traceback_header_followed_by_a_java_stack_is_left_to_debug() -> None:
     assert not any("Traceback" in text for level, text in out if level > logging.DEBUG)
 
 
-def test_a_stopped_querys_source_runner_finding_its_pipe_closed_is_left_to_debug() -> None:
+# The runner started through replicator.spark.source_runner: its frames come between runpy's.
+SOURCE_RUNNER_FRAMES = [
+    '  File "/v/lib/python3.11/site-packages/replicator/spark/source_runner.py", line 66, in <module>',
+    "    main(sys.argv)",
+    '  File "/v/lib/python3.11/site-packages/replicator/spark/source_runner.py", line 62, in main',
+    '    runpy.run_module(module, run_name="__main__", alter_sys=True)',
+    '  File "<frozen runpy>", line 226, in run_module',
+    '  File "<frozen runpy>", line 98, in _run_module_code',
+    '  File "<frozen runpy>", line 88, in _run_code',
+]
+
+
+@pytest.mark.parametrize("started_by", ["pyspark", "ours"])
+def test_a_stopped_querys_source_runner_finding_its_pipe_closed_is_left_to_debug(started_by: str) -> None:
     """Seen in a full run when a failing batch's query was stopped: the planner of the Python
     data source (pyspark's streaming source runner) found its socket closed, three chained
     tracebacks (blank lines between them, as the JVM prints them)."""
+    ours = SOURCE_RUNNER_FRAMES if started_by == "ours" else []
     lines = [
         "Traceback (most recent call last):",
         '  File "/v/lib/python3.11/site-packages/pyspark/sql/streaming/python_streaming_source_runner.py", line 265, in main',
@@ -272,6 +286,7 @@ def test_a_stopped_querys_source_runner_finding_its_pipe_closed_is_left_to_debug
         "Traceback (most recent call last):",
         '  File "<frozen runpy>", line 198, in _run_module_as_main',
         '  File "<frozen runpy>", line 88, in _run_code',
+        *ours,
         '  File "/v/lib/python3.11/site-packages/pyspark/sql/streaming/python_streaming_source_runner.py", line 313, in <module>',
         "    with get_sock_file_to_executor(timeout=None) as sock_file:",
         '  File "/usr/lib/python3.11/contextlib.py", line 158, in __exit__',
