@@ -95,6 +95,8 @@ class StreamReplication:
         self.sampling_sink: SamplingSink | None = None
         # Set when the query's first batch reaches the sink (its planning is over by then).
         self.batch_started = threading.Event()
+        # Called then, before the sink reads the batch (replicator.runner: the planners go first).
+        self.on_first_batch: Callable[[], None] | None = None
         self.query: StreamingQuery | None = None
         self._source_nc: Any = None
         self._source_direct = False  # whether the source stream allows direct gets
@@ -398,7 +400,9 @@ class StreamReplication:
             sink = self.sampling_sink
 
         def sink_noting_start(batch_df: Any, batch_id: int) -> None:
-            self.batch_started.set()
+            if not self.batch_started.is_set():
+                self.batch_started.set()
+                self._first_batch_reached()
             sink(batch_df, batch_id)
 
         # The query takes its own copy of the session's settings when it starts; a checkpoint
@@ -564,6 +568,15 @@ class StreamReplication:
         it leads: failover skips the query's start. (A sampled entry's query starts when it
         takes over: its state comes from the checkpoint as it is then.)"""
         return bool(self.s.leader_election_name) and not self.s.sampling
+
+    def _first_batch_reached(self) -> None:
+        hook = self.on_first_batch
+        if hook is None:
+            return
+        try:
+            hook()
+        except Exception as e:  # housekeeping only: the batch goes on
+            self.log.debug("after the first batch's planning: %s", e)
 
     def planned(self) -> bool:
         """Whether the query's planning is over (its planner processes may go): it ran a batch,

@@ -55,6 +55,9 @@ class Runner:
         self.replications = [StreamReplication(cfg, s, self.loop) for s in streams]
         self.spark: SparkSession | None = None
         self.planners_released = False
+        self._planners_lock = threading.Lock()
+        for r in self.replications:
+            r.on_first_batch = self._release_planners_once_running
         self.readiness = Readiness()
         self.backoff = {r.label: Backoff() for r in self.replications}
         self.progress = {r.label: Progress() for r in self.replications}
@@ -276,17 +279,23 @@ class Runner:
 
     def _release_planners_once_running(self) -> None:
         """Once every query has started a batch, its planning is over: stop the processes
-        Spark kept from planning them (replicator.spark.planners; ~115 MB a step).
-        Queries start only on this thread, so none is being planned now."""
-        if self.spark is not None and all(r.planned() for r in self.replications):
-            release_idle_planners(self.spark)
-            self.planners_released = True
+        Spark kept from planning them (replicator.spark.planners; ~115 MB a step). Called by
+        this thread's loop and by each query's first batch before its sink reads (so the
+        planners are gone before the driver's first read grows it: the start's peak RSS). A
+        query being started has not started a batch, so none is being planned now."""
+        with self._planners_lock:
+            if self.planners_released or self.spark is None:
+                return
+            if all(r.planned() for r in self.replications):
+                release_idle_planners(self.spark)
+                self.planners_released = True
 
     def _start(self, r: StreamReplication) -> None:
         """Start a stream's query; a failure (say, the target refusing what was left in flight)
         is retried by _supervise with backoff, not fatal."""
         assert self.spark is not None
-        self.planners_released = False
+        with self._planners_lock:
+            self.planners_released = False
         try:
             r.start(self.spark)
         except Exception as e:
