@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from replicator.spark.arrow_without_pandas import pyarrow_without_pandas
 from replicator.spark.internals import (
     CHECKPOINT_FILE_MANAGER,
     NO_CODEGEN_CONF,
@@ -67,6 +68,14 @@ DEFAULT_CONF: dict[str, str] = {
 # for that class and fail with any other.
 RAW_LOCAL_CONF: dict[str, str] = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"}
 
+# For an embedded process whose driver reads every batch itself (every entry copy-only): no task
+# of Spark's runs Python but in a batch the driver could not read, so its Python processes are
+# the queries' short planner steps and their runners. Without pyspark's daemon a step is one
+# process that ends with it; with it, the daemon (~35 MB) and its forked worker (~79 MB) stayed
+# until replicator.spark.planners stopped them, through the first batch (bench.memory_probe,
+# docs/performance.md). A batch the driver could not read starts a process for each of its tasks.
+NO_PYTHON_DAEMON_CONF: dict[str, str] = {"spark.python.use.daemon": "false"}
+
 QUIET_LOG_CONFIG = Path(__file__).with_name("log4j2-quiet.properties")
 
 
@@ -90,12 +99,16 @@ def build_session(
     `light_jvm`: see replicator.spark.jvm. `driver_reads_all`: the driver reads every batch itself,
     so no batch's rows pass through the JVM (but for a batch the driver could not read): its
     heap starts small (replicator.spark.jvm) and, embedded, Spark generates no code for the
-    batches' plans (NO_CODEGEN_CONF). Under
+    batches' plans (NO_CODEGEN_CONF) and starts its Python processes without pyspark's daemon
+    (NO_PYTHON_DAEMON_CONF), and the driver's pyarrow does without pandas
+    (replicator.spark.arrow_without_pandas). Under
     spark-submit, its JVM, master and Python settings are used: see `submitted_conf`."""
     numpy_check_without_pandas()
     submitted = submitted_conf()
     if submitted is not None:  # the cluster's file systems: left as they are
         return _submitted_session(submitted, app_name, conf, quiet)
+    if driver_reads_all and master.startswith("local"):
+        pyarrow_without_pandas()
     if raw_local_checkpoints and master.startswith("local"):
         conf = {**RAW_LOCAL_CONF, **(conf or {})}
     py = python_for_workers()
@@ -132,6 +145,7 @@ def build_session(
     ]
     if driver_reads_all and master.startswith("local"):
         merged.update(NO_CODEGEN_CONF)
+        merged.update(NO_PYTHON_DAEMON_CONF)
     if quiet:
         merged["spark.log.level"] = "ERROR"
     merged["spark.driver.extraJavaOptions"] = " ".join(o for o in java_opts if o)

@@ -27,6 +27,7 @@ from harness.streams import read_all
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, parse_source_header
 from replicator.nats.wire import first_value
 from replicator.spark.internals import NO_CODEGEN_CONF, NO_DATA_SOURCE_LOOKUP
+from replicator.spark.session import NO_PYTHON_DAEMON_CONF
 
 pytestmark = pytest.mark.integration
 
@@ -175,12 +176,13 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
         wait_for(lambda: run(count(dst, "EVENTS")) >= 2000, 180, "the backlog copied", rep)
         wait_for(lambda: not planners(), 30, "planner processes gone", rep)
         # Nor were task workers started: embedded, the driver reads every copy batch itself.
-        assert not any("daemon pyspark.worker" in c for c in tree_commands(rep.proc.pid))
+        assert not any(" pyspark.worker" in c for c in tree_commands(rep.proc.pid))
         processes = tree(rep.proc.pid)
         assert any("java" in c and " -Xms32m " in f" {c} " for c in processes.values()), processes
         # Nor does Spark generate code for the batches' plans, which run only for a batch the
-        # driver could not read (NO_CODEGEN_CONF).
-        for key, value in NO_CODEGEN_CONF.items():
+        # driver could not read (NO_CODEGEN_CONF), or keep pyspark's daemon for its Python
+        # processes (NO_PYTHON_DAEMON_CONF): the planner steps' processes end with them.
+        for key, value in {**NO_CODEGEN_CONF, **NO_PYTHON_DAEMON_CONF}.items():
             assert any("java" in c and f"{key}={value}" in c for c in processes.values()), processes
         # The JVM finds no command in PYSPARK_DRIVER_PYTHON, so it looks up no third-party data
         # sources; it starts the stream's runner with the data source's interpreter, through the
