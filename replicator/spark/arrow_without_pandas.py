@@ -1,0 +1,43 @@
+"""pyarrow in a driver that never converts to pandas, without pandas.
+
+pyarrow looks for pandas the first time it builds an array (does the value come from pandas?),
+and imports it when it is installed: ~30 MB of the driver's RSS while it copies a backlog
+(bench.memory_probe), for a check whose answer is always no where no pandas object is ever made.
+Embedded, a copy-only driver is such a process (its rows come from NATS, its batches' DataFrames
+are never collected). Here pyarrow asks once while pandas cannot be imported, and keeps that
+answer for every array it builds; a conversion to pandas asked of it later (`to_pandas`) still
+imports pandas and works.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "pandas":
+            raise ModuleNotFoundError("pandas is kept out of pyarrow here", name=fullname)
+        return None
+
+
+def pyarrow_without_pandas() -> bool:
+    """Make pyarrow take pandas as absent for building arrays; False (and nothing done) when
+    pandas is already imported, and so already known to pyarrow or about to be."""
+    if "pandas" in sys.modules:
+        return False
+    import pyarrow as pa
+
+    blocker = _NoPandas()
+    sys.meta_path.insert(0, blocker)
+    try:
+        pa.array([0])  # pyarrow's first look for pandas, answered "not installed"
+    finally:
+        sys.meta_path.remove(blocker)
+    return "pandas" not in sys.modules
