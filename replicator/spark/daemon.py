@@ -19,8 +19,19 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import warnings
 
 from pyspark import daemon
+
+# pyspark's own pandas calls for a stateful pandas function (applyInPandasWithState, the sampled
+# path) pad its output with all-NA rows and concatenate: pandas 2 warns that this will type the
+# result differently in a later pandas, once per worker, and the warning reached the log at
+# WARNING. Nothing the replicator passes can change it; its forked workers inherit this filter.
+warnings.filterwarnings(
+    "ignore",
+    message="The behavior of DataFrame concatenation with empty or all-NA entries is deprecated",
+    category=FutureWarning,
+)
 
 _pyspark_worker = daemon.worker
 _frozen = False

@@ -49,7 +49,9 @@ def test_a_full_state_store_is_one_clear_line_and_a_clean_continue_once_there_is
         for r in range(4):  # 100 senders every 0.5 s
             run(publish(src, registrations(r, range(100))))
             time.sleep(0.5)
-        wait_for(lambda: run(count(dst, "REG")) >= 100, 60, "the first copies", rep)
+        # A sampled stream's first batch starts Spark's task workers and its RocksDB state: 20 s
+        # here alone, 61 s once in a full CI run on 2 busy cores (the query had started).
+        wait_for(lambda: run(count(dst, "REG")) >= 100, 120, "the first copies", rep)
         filler = fill(small_fs.path)  # the disk is full from here on
         for r in range(4, 12):  # the fleet goes on; 50 new senders join
             run(publish(src, registrations(r, range(150))))

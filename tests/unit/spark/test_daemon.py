@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import socket
+import subprocess
+import sys
 import weakref
 from collections.abc import Iterator
 
@@ -66,3 +68,21 @@ def test_a_worker_that_ends_after_its_task_is_not_frozen(monkeypatch: pytest.Mon
         monkeypatch.delenv("SPARK_REUSE_WORKER")  # no reuse: each worker runs one task
         assert daemon.worker(a, True) == 0
     assert gc.get_freeze_count() == before and not daemon._frozen
+
+
+def test_pysparks_padding_of_a_stateful_pandas_output_warns_nothing_in_its_workers() -> None:
+    """pyspark concatenates a pandas function's output with all-NA padding rows (worker.py,
+    construct_record_batch): pandas 2's FutureWarning about it is not the user's to act on."""
+    code = """
+import warnings
+import pandas as pd
+import replicator.spark.daemon
+out = pd.DataFrame({"a": [1.5], "t": [pd.Timestamp("2026-01-01")]})
+padding = pd.DataFrame(dict.fromkeys(["a", "t"]), index=[0, 1])
+with warnings.catch_warnings(record=True) as seen:
+    pd.concat([out, padding], ignore_index=True)
+    warnings.warn("another FutureWarning", FutureWarning)
+print([str(w.message) for w in seen])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['another FutureWarning']", out
