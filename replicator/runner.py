@@ -25,7 +25,7 @@ from replicator.progress import PROGRESS_INTERVAL_S, Progress, slow_batch_line
 from replicator.replication import QueryState, StreamReplication
 from replicator.spark.internals import captured_error_texts, jvm_answers
 from replicator.spark.listener import listen_to_batches
-from replicator.spark.planners import SOURCE_CREATION_MODULES, release_idle_planners
+from replicator.spark.planners import SOURCE_CREATION_MODULES, planners_left, release_idle_planners
 from replicator.spark.session import build_session
 from replicator.spark.warmup import warm_task_workers
 
@@ -142,8 +142,9 @@ class Runner:
                 self.readiness.set(r.label, StreamState.STANDBY)
         exit_code = 0
         try:
-            # Every 0.1 s until each query has started a batch, so the planner processes go
-            # before the task workers have grown (_release_planners_once_running); then every 1 s.
+            # Every 0.1 s until the planner processes are gone (each query's first batch stops
+            # them as it begins; this catches a standby's, or one that was busy then:
+            # _release_planners_once_running); then every 1 s.
             next_check = 0.0
             next_progress = time.monotonic() + PROGRESS_INTERVAL_S
             while not self.stop_event.wait(1.0 if self.planners_released else 0.1):
@@ -282,19 +283,23 @@ class Runner:
         Spark kept from planning them (replicator.spark.planners; ~115 MB a step). Called by
         this thread's loop and by each query's first batch before its sink reads (so the
         planners are gone before the driver's first read grows it: the start's peak RSS). A
-        query being started has not started a batch, so none is being planned now."""
+        query being started is not planned() (_start), so none is being planned now. Done only
+        once no planner process is left: one still busy is stopped by a later call."""
         with self._planners_lock:
             if self.planners_released or self.spark is None:
                 return
             if all(r.planned() for r in self.replications):
                 release_idle_planners(self.spark)
-                self.planners_released = True
+                self.planners_released = not planners_left(self.spark)
 
     def _start(self, r: StreamReplication) -> None:
         """Start a stream's query; a failure (say, the target refusing what was left in flight)
         is retried by _supervise with backoff, not fatal."""
         assert self.spark is not None
         with self._planners_lock:
+            # Not planned() from here (another query's first batch may release planners): the
+            # entry's earlier query may still be stopping, with a batch started.
+            r.batch_started.clear()
             self.planners_released = False
         try:
             r.start(self.spark)

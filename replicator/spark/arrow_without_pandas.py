@@ -6,7 +6,9 @@ and imports it when it is installed: ~30 MB of the driver's RSS while it copies 
 Embedded, a copy-only driver is such a process (its rows come from NATS, its batches' DataFrames
 are never collected). Here pyarrow asks once while pandas cannot be imported, and keeps that
 answer for every array it builds; a conversion to pandas asked of it later (`to_pandas`) still
-imports pandas and works.
+imports pandas and works. The other way is not for such a process: pyarrow would then take a
+pandas object given to `pa.array` (or pyspark's `createDataFrame` of a pandas DataFrame) as a
+plain sequence (NaN a number, not a null), so only a driver that never builds one calls this.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ def pyarrow_without_pandas() -> bool:
     import pyarrow as pa
 
     blocker = _NoPandas()
-    sys.meta_path.insert(0, blocker)
+    # New lists rather than changes in place: an import under way on another thread (the NATS
+    # loop's) goes on over the list it started with.
+    sys.meta_path = [blocker, *sys.meta_path]
     try:
         pa.array([0])  # pyarrow's first look for pandas, answered "not installed"
     finally:
-        sys.meta_path.remove(blocker)
+        sys.meta_path = [f for f in sys.meta_path if f is not blocker]
     return "pandas" not in sys.modules

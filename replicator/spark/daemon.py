@@ -1,7 +1,8 @@
 """Spark's Python daemon (`pyspark.daemon`), with its reused workers' collections made cheap.
 
 Spark starts its task workers' daemon as `python -m <spark.python.daemon.module> pyspark.worker`
-(its planner steps always run under `pyspark.daemon`); the session names this module
+(its planner steps run under `pyspark.daemon`, or without a daemon in an embedded copy-only
+process, which runs no tasks but in a batch its driver could not read); the session names this module
 (replicator.spark.session). It runs pyspark's own daemon and changes one thing.
 
 With worker reuse, pyspark's daemon runs a full `gc.collect()` in a worker after every task. A

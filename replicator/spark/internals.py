@@ -75,9 +75,8 @@ def numpy_check_without_pandas() -> bool:
     checks import `pyspark.testing.utils`, which imports pandas (0.8 s, ~30 MB) while the session
     starts. The same checks without that import (an object can only be a numpy value once numpy
     is imported): True when applied; False (pandas is then imported as before) when pyspark no
-    longer has both converters. A copy still loads pandas at its first batch (pyarrow's first
-    array built from a Python list imports it), but after Spark's planner processes are gone,
-    and a standby that never copies does not load it."""
+    longer has both converters. An embedded copy-only driver's pyarrow does not load it either
+    (replicator.spark.arrow_without_pandas); elsewhere pyarrow's first array imports it."""
     from pyspark.sql import types
 
     scalar = getattr(types, "NumpyScalarConverter", None)

@@ -3,7 +3,8 @@
 Starting a query on a Python data source runs short planner steps (create the source, plan its
 reads; under spark-submit also a lookup of other data sources, which the replicator's own JVM
 skips: replicator.spark.internals.NO_DATA_SOURCE_LOOKUP), each in a worker forked by its own
-`pyspark.daemon`. Spark keeps each daemon for the life of the session, and its last worker for
+`pyspark.daemon` (an embedded copy-only process runs without the daemon, and there each step's
+process ends with it: replicator.spark.session.NO_PYTHON_DAEMON_CONF). Spark keeps each daemon for the life of the session, and its last worker for
 a minute: with the lookup, six idle processes, ~420 MB summed RSS in a one-off sample of the
 replicator's process tree during a `make bench`-sized copy, about a fifth of it. Neither `spark.python.factory.idleWorkerMaxPoolSize` (at least 1) nor
 `spark.python.worker.killOnIdleTimeout` (inside tasks only) releases them.
@@ -12,8 +13,9 @@ Spark keeps these processes in a private map of its `SparkEnv`, with no public w
 so this reaches it by reflection (replicator.spark.internals.python_worker_daemons). Stopping a factory ends
 its daemon and idle workers; the factory stays usable and starts a new daemon when a later
 query start needs one. A factory with a worker in use is left alone, and the runner calls this
-only for steps that are over (replicator.runner); should one still take a worker in the instant
-between that check and the stop, that query start fails and the runner retries it.
+once every query has started a batch (replicator.runner); should a step still take a worker in
+the instant between that check and the stop, that query start or batch fails and is retried
+from the checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +37,16 @@ SOURCE_CREATION_MODULES = (
     "pyspark.sql.worker.lookup_data_sources",
     "pyspark.sql.worker.create_data_source",
 )
+
+
+def planners_left(spark: Any) -> bool:
+    """Whether a daemon of Spark's planner steps still runs (False where Spark's internals
+    cannot be read: nothing more can be done about them then)."""
+    try:
+        daemons = python_worker_daemons(spark)
+        return any(d.module.startswith(PLANNER_MODULE_PREFIX) and d.daemon is not None for d in daemons)
+    except Exception:  # a Py4J error: another Spark version's internals
+        return False
 
 
 def release_idle_planners(spark: Any, modules: Sequence[str] | None = None) -> list[str]:

@@ -153,21 +153,47 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in text.split("\0") if "=" in kv)
 
 
+def _assert_a_light_copy_process(root: int) -> None:
+    """What keeps an embedded copy-only process light (docs/performance.md)."""
+    # No task workers were started: embedded, the driver reads every copy batch itself.
+    assert not any(" pyspark.worker" in c for c in tree_commands(root))
+    processes = tree(root)
+    assert any("java" in c and " -Xms32m " in f" {c} " for c in processes.values()), processes
+    # Nor does Spark generate code for the batches' plans, which run only for a batch the
+    # driver could not read (NO_CODEGEN_CONF), or keep pyspark's daemon for its Python
+    # processes (NO_PYTHON_DAEMON_CONF): the planner steps' processes end with them.
+    for key, value in {**NO_CODEGEN_CONF, **NO_PYTHON_DAEMON_CONF}.items():
+        assert any("java" in c and f"{key}={value}" in c for c in processes.values()), processes
+    # The JVM finds no command in PYSPARK_DRIVER_PYTHON, so it looks up no third-party data
+    # sources; it starts the stream's runner with the data source's interpreter, through the
+    # script that drops pyspark's zip.
+    jvm = next(pid for pid, c in processes.items() if "java" in c.split(" ", 1)[0])
+    assert _environ(jvm)["PYSPARK_DRIVER_PYTHON"] == NO_DATA_SOURCE_LOOKUP, _environ(jvm)
+    runners = [pid for pid, c in processes.items() if "python_streaming_source_runner" in c]
+    assert runners, processes
+    for pid in runners:
+        assert "pyspark.zip" not in _environ(pid).get("PYTHONPATH", ""), _environ(pid)
+        # Nor does the runner, which lives as long as the query, load pyarrow (~40 MB) for
+        # rows it never sends (replicator.spark.source_runner).
+        assert "replicator.spark.source_runner" in processes[pid], processes[pid]
+        assert "/pyarrow/" not in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.parametrize("driver_reads", ["auto", "small"])
 def test_spark_planner_processes_are_released_and_the_copy_goes_on(
-    source_server, nats_server, tmp_path: Path
+    source_server, nats_server, tmp_path: Path, driver_reads: str
 ) -> None:
     """Spark keeps the Python processes that planned the query (~420 MB) for the session's life;
     the replicator stops them once the query runs (replicator.spark.planners), and a later query
-    start (after a failed batch, say) gets new ones. A copy-only process is kept light meanwhile
-    (docs/performance.md): its JVM's heap starts small, and the Python processes Spark starts
-    import the installed pyspark, not its zip."""
+    start (after a failed batch, say) gets new ones. With `driver_reads: small`, Spark's tasks
+    read the larger batches and its Python processes run under pyspark's daemon, which keeps
+    them until they are stopped. A copy-only process whose driver reads every batch is kept
+    light meanwhile (_assert_a_light_copy_process)."""
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "EVENTS", ["events.>"]))
     run(publish(src, [(f"events.{i % 5}", registration(i), None) for i in range(2000)]))
-    cfg = write_config(
-        tmp_path / "sr.yaml", "dc1", [{"stream": "EVENTS", "source_url": src, "target_url": dst}]
-    )
-    rep = start_replicator(cfg)
+    stream = {"stream": "EVENTS", "source_url": src, "target_url": dst, "driver_reads": driver_reads}
+    rep = start_replicator(write_config(tmp_path / "sr.yaml", "dc1", [stream]))
 
     def planners() -> list[str]:
         return [c for c in tree_commands(rep.proc.pid) if "pyspark.sql.worker." in c]
@@ -175,28 +201,8 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
     try:
         wait_for(lambda: run(count(dst, "EVENTS")) >= 2000, 180, "the backlog copied", rep)
         wait_for(lambda: not planners(), 30, "planner processes gone", rep)
-        # Nor were task workers started: embedded, the driver reads every copy batch itself.
-        assert not any(" pyspark.worker" in c for c in tree_commands(rep.proc.pid))
-        processes = tree(rep.proc.pid)
-        assert any("java" in c and " -Xms32m " in f" {c} " for c in processes.values()), processes
-        # Nor does Spark generate code for the batches' plans, which run only for a batch the
-        # driver could not read (NO_CODEGEN_CONF), or keep pyspark's daemon for its Python
-        # processes (NO_PYTHON_DAEMON_CONF): the planner steps' processes end with them.
-        for key, value in {**NO_CODEGEN_CONF, **NO_PYTHON_DAEMON_CONF}.items():
-            assert any("java" in c and f"{key}={value}" in c for c in processes.values()), processes
-        # The JVM finds no command in PYSPARK_DRIVER_PYTHON, so it looks up no third-party data
-        # sources; it starts the stream's runner with the data source's interpreter, through the
-        # script that drops pyspark's zip.
-        jvm = next(pid for pid, c in processes.items() if "java" in c.split(" ", 1)[0])
-        assert _environ(jvm)["PYSPARK_DRIVER_PYTHON"] == NO_DATA_SOURCE_LOOKUP, _environ(jvm)
-        runners = [pid for pid, c in processes.items() if "python_streaming_source_runner" in c]
-        assert runners, processes
-        for pid in runners:
-            assert "pyspark.zip" not in _environ(pid).get("PYTHONPATH", ""), _environ(pid)
-            # Nor does the runner, which lives as long as the query, load pyarrow (~40 MB) for
-            # rows it never sends (replicator.spark.source_runner).
-            assert "replicator.spark.source_runner" in processes[pid], processes[pid]
-            assert "/pyarrow/" not in Path(f"/proc/{pid}/maps").read_text()
+        if driver_reads == "auto":
+            _assert_a_light_copy_process(rep.proc.pid)
         run(publish(src, [(f"events.{i % 5}", registration(i), None) for i in range(2000, 2500)]))
         wait_for(lambda: run(count(dst, "EVENTS")) >= 2500, 60, "new messages copied", rep)
         assert not planners()

@@ -22,7 +22,7 @@ from replicator.runner import _first_line
 from replicator.spark import internals
 from replicator.spark.checkpoint import open_checkpoint
 from replicator.spark.listener import listen_to_batches
-from replicator.spark.planners import PLANNER_MODULE_PREFIX, release_idle_planners
+from replicator.spark.planners import PLANNER_MODULE_PREFIX, planners_left, release_idle_planners
 from replicator.spark.small_batches import batch_offsets
 
 pytestmark = pytest.mark.integration
@@ -136,9 +136,11 @@ def test_the_planner_processes_are_found_and_released(spark: Any, one_query: Any
     daemons = internals.python_worker_daemons(spark)
     planners = [d.module for d in daemons if d.module.startswith(PLANNER_MODULE_PREFIX)]
     assert planners, f"no planner daemons among {[d.module for d in daemons]}"
+    assert planners_left(spark)
     released = release_idle_planners(spark)
     assert released and set(released) <= set(planners)
     assert not any(d.idle for d in internals.python_worker_daemons(spark) if d.module in released)
+    assert not planners_left(spark)  # the runner stops looking once this is so
 
 
 def test_a_checkpoint_on_a_hadoop_uri_is_read_and_written_through_the_jvm(spark: Any, tmp_path: Path) -> None:
