@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import shutil
 import signal
@@ -35,14 +36,32 @@ _PORTS = random.Random()
 _HANDED_OUT: set[int] = set()
 
 
+def port_range() -> tuple[int, int]:
+    """[first, end) of the ports free_port draws from: 20,000 up to the kernel's ephemeral range,
+    or this pytest-xdist worker's share of it. Each process remembers only its own ports, so
+    two test workers drawing from one range could hand one port to two servers."""
+    low, _ = _ephemeral_range()
+    first, end = 20_000, max(low, 20_001)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ... (its subprocesses too)
+    try:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        index = int(worker.removeprefix("gw")) if worker.startswith("gw") else -1
+    except ValueError:
+        return first, end
+    if count > 1 and 0 <= index < count and (end - first) // count >= 1_000:
+        span = (end - first) // count
+        return first + index * span, first + (index + 1) * span
+    return first, end
+
+
 def free_port() -> int:
     """A loopback port free now and not handed out before by this process, below the kernel's
     ephemeral range: a port the kernel hands out (bind to 0) can be taken by any process's
     outgoing connection before a server binds it, and a test's nats-server then fails to start
     (seen in CI)."""
-    low, _ = _ephemeral_range()
+    first, end = port_range()
     for _ in range(200):
-        port = _PORTS.randrange(20_000, max(low, 20_001))
+        port = _PORTS.randrange(first, end)
         if port in _HANDED_OUT:
             continue
         with socket.socket() as s:

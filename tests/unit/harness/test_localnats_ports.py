@@ -3,6 +3,7 @@ its port held by another is not taken for started."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import socket
@@ -80,3 +81,24 @@ def test_a_server_that_sends_no_greeting_is_taken_for_started_while_it_runs() ->
         localnats.wait_port("127.0.0.1", port, timeout=5, exited=lambda: None, name="mine")
         with pytest.raises(RuntimeError, match="exited \\(1\\) before listening"):
             localnats.wait_port("127.0.0.1", port, timeout=5, exited=lambda: 1, name="mine")
+
+
+@pytest.mark.parametrize(("worker", "count"), [("gw0", "2"), ("gw1", "2"), ("gw2", "3")])
+def test_each_test_worker_draws_from_its_own_share_of_the_ports(
+    monkeypatch: pytest.MonkeyPatch, worker: str, count: str
+) -> None:
+    """Two pytest-xdist workers (and the servers and replicators they start) never draw the same
+    port: each remembers only its own."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    whole = localnats.port_range()
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", count)
+    shares = []
+    for i in range(int(count)):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{i}")
+        shares.append(localnats.port_range())
+    assert shares[0][0] == whole[0] and all(a[1] <= b[0] for a, b in itertools.pairwise(shares))
+    assert all(whole[0] <= s[0] < s[1] <= whole[1] for s in shares)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+    mine = localnats.port_range()
+    assert all(mine[0] <= localnats.free_port() < mine[1] for _ in range(20))
