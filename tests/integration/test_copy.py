@@ -158,7 +158,7 @@ def _assert_a_light_copy_process(root: int) -> None:
     # No task workers were started: embedded, the driver reads every copy batch itself.
     assert not any(" pyspark.worker" in c for c in tree_commands(root))
     processes = tree(root)
-    assert any("java" in c and " -Xms32m " in f" {c} " for c in processes.values()), processes
+    assert any("java" in c and " -Xms32m -Xmn16m " in f" {c} " for c in processes.values()), processes
     # Nor does Spark generate code for the batches' plans, which run only for a batch the
     # driver could not read (NO_CODEGEN_CONF), or keep pyspark's daemon for its Python
     # processes (NO_PYTHON_DAEMON_CONF): the planner steps' processes end with them.

@@ -18,7 +18,9 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_without_an_archive_a_copy_job_gets_c1_and_a_sampling_job_the_defaults(cache: Path) -> None:
     assert jvm.driver_java_options() == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     # A small first heap only where no batch's rows pass through the JVM, and never for sampling.
-    assert jvm.driver_java_options(small_heap=True) == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms32m"
+    assert (
+        jvm.driver_java_options(small_heap=True) == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms32m -Xmn16m"
+    )
     assert jvm.driver_java_options(light=False, small_heap=True) == ""
     assert jvm.driver_java_options(light=False) == ""
 
