@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# How long after the first release of Spark's planner processes those left busy are looked for
+# again, once a second (a batch read by Spark's tasks starts its read planner as it runs).
+PLANNERS_RETRY_S = 30.0
+
 STOP_DEADLINE_S = 25.0
 
 
@@ -55,6 +59,8 @@ class Runner:
         self.replications = [StreamReplication(cfg, s, self.loop) for s in streams]
         self.spark: SparkSession | None = None
         self.planners_released = False
+        # Until when a planner process left busy by the first release is looked for again.
+        self._planners_retry_until: float | None = None
         self._planners_lock = threading.Lock()
         for r in self.replications:
             r.on_first_batch = self._release_planners_once_running
@@ -142,13 +148,13 @@ class Runner:
                 self.readiness.set(r.label, StreamState.STANDBY)
         exit_code = 0
         try:
-            # Every 0.1 s until the planner processes are gone (each query's first batch stops
-            # them as it begins; this catches a standby's, or one that was busy then:
-            # _release_planners_once_running); then every 1 s.
+            # Every 0.1 s until the planner processes are first released (each query's first
+            # batch does it as it begins; this catches a standby's), then every 1 s, which
+            # also stops any left busy then (_release_planners_once_running).
             next_check = 0.0
             next_progress = time.monotonic() + PROGRESS_INTERVAL_S
             while not self.stop_event.wait(1.0 if self.planners_released else 0.1):
-                if not self.planners_released:
+                if not self.planners_released or self._planners_retry_until is not None:
                     self._release_planners_once_running()
                 if time.monotonic() < next_check:
                     continue
@@ -283,14 +289,22 @@ class Runner:
         Spark kept from planning them (replicator.spark.planners; ~115 MB a step). Called by
         this thread's loop and by each query's first batch before its sink reads (so the
         planners are gone before the driver's first read grows it: the start's peak RSS). A
-        query being started is not planned() (_start), so none is being planned now. Done only
-        once no planner process is left: one still busy is stopped by a later call."""
+        query being started is not planned() (_start), so none is being planned now. One still
+        busy then (or started by the batch itself, when Spark's tasks read it) is stopped by a
+        later call, for up to PLANNERS_RETRY_S: Spark can count a stopped worker as busy until
+        its collector runs, and such a daemon is then left (memory only), as on an older Spark."""
         with self._planners_lock:
-            if self.planners_released or self.spark is None:
+            if self.spark is None or (self.planners_released and self._planners_retry_until is None):
                 return
-            if all(r.planned() for r in self.replications):
-                release_idle_planners(self.spark)
-                self.planners_released = not planners_left(self.spark)
+            if not all(r.planned() for r in self.replications):
+                return
+            release_idle_planners(self.spark)
+            now = time.monotonic()
+            if not self.planners_released:
+                self.planners_released = True
+                self._planners_retry_until = now + PLANNERS_RETRY_S
+            if now >= (self._planners_retry_until or now) or not planners_left(self.spark):
+                self._planners_retry_until = None
 
     def _start(self, r: StreamReplication) -> None:
         """Start a stream's query; a failure (say, the target refusing what was left in flight)
@@ -301,6 +315,7 @@ class Runner:
             # entry's earlier query may still be stopping, with a batch started.
             r.batch_started.clear()
             self.planners_released = False
+            self._planners_retry_until = None
         try:
             r.start(self.spark)
         except Exception as e:
