@@ -660,11 +660,16 @@ def plot(
         axes[0].plot(t, rate(key), linestyle="--", label=f"into {key} msg/s")
     axes[0].legend(loc="upper right", fontsize="small")
     axes[1].legend(loc="upper right", fontsize="small")
-    for h in hops:
-        if h.hop.sampling:
-            key = f"{h.hop.source}:{h.hop.advisory_stream}"
-            axes[2].plot(t, [r.get(key, 0) for r in rows], label=f"{key} (total)")
-    axes[2].legend(loc="upper left", fontsize="small")
+    sampled = [h for h in hops if h.hop.sampling]
+    for h in sampled:
+        key = f"{h.hop.source}:{h.hop.advisory_stream}"
+        axes[2].plot(t, [r.get(key, 0) for r in rows], label=f"{key} (total)")
+    if sampled:
+        axes[2].legend(loc="upper left", fontsize="small")
+    else:  # a copy-only scenario publishes no advisories (an empty legend only warns)
+        axes[2].text(
+            0.5, 0.5, "no sampled hop: no advisories", ha="center", va="center", transform=axes[2].transAxes
+        )
     axes[2].set_xlabel("wall seconds")
     fig.suptitle(f"scenario {title}")
     fig.tight_layout()
