@@ -4,8 +4,8 @@ Starting a query on a Python data source runs short planner steps (create the so
 reads; under spark-submit also a lookup of other data sources, which the replicator's own JVM
 skips: replicator.spark.internals.NO_DATA_SOURCE_LOOKUP), each in a worker forked by its own
 `pyspark.daemon` (an embedded copy-only process runs without the daemon, and there each step's
-process ends with it: replicator.spark.session.NO_PYTHON_DAEMON_CONF). Spark keeps each daemon for the life of the session, and its last worker for
-a minute: with the lookup, six idle processes, ~420 MB summed RSS in a one-off sample of the
+process ends with it: replicator.spark.session.NO_PYTHON_DAEMON_CONF). Spark keeps each daemon
+for the life of the session, and its last worker for a minute: with the lookup, six idle processes, ~420 MB summed RSS in a one-off sample of the
 replicator's process tree during a `make bench`-sized copy, about a fifth of it. Neither `spark.python.factory.idleWorkerMaxPoolSize` (at least 1) nor
 `spark.python.worker.killOnIdleTimeout` (inside tasks only) releases them.
 

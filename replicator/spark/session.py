@@ -107,7 +107,9 @@ def build_session(
     submitted = submitted_conf()
     if submitted is not None:  # the cluster's file systems: left as they are
         return _submitted_session(submitted, app_name, conf, quiet)
-    if driver_reads_all and master.startswith("local"):
+    # Embedded, with every batch read by the driver: see NO_CODEGEN_CONF, NO_PYTHON_DAEMON_CONF.
+    embedded_driver_reads_all = driver_reads_all and master.startswith("local")
+    if embedded_driver_reads_all:
         pyarrow_without_pandas()
     if raw_local_checkpoints and master.startswith("local"):
         conf = {**RAW_LOCAL_CONF, **(conf or {})}
@@ -143,7 +145,7 @@ def build_session(
         f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG}" if quiet else "",
         user.pop("spark.driver.extraJavaOptions", ""),
     ]
-    if driver_reads_all and master.startswith("local"):
+    if embedded_driver_reads_all:
         merged.update(NO_CODEGEN_CONF)
         merged.update(NO_PYTHON_DAEMON_CONF)
     if quiet:
