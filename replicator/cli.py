@@ -87,12 +87,18 @@ def run(
         _fail(str(e))
         return
     from replicator.logs import setup_logging
-    from replicator.runner import Runner
+    from replicator.spark.early_jvm import EarlyJvm
+    from replicator.spark.session_args import resolve_master, session_args
 
     setup_logging(cfg.loglevel, cfg.logfile, cfg.log_format)
     for line in cfg.notices():
         logging.getLogger("replicator.config").warning("%s", line)
-    runner = Runner(cfg, streams, spark_master)
+    # Spark's JVM starts now, beside the rest of the replicator's imports and set-up.
+    args = session_args(cfg, streams, resolve_master(cfg, spark_master))
+    jvm = EarlyJvm.start(args) if streams else None
+    from replicator.runner import Runner
+
+    runner = Runner(cfg, streams, spark_master, jvm=jvm)
     signal.signal(signal.SIGTERM, runner.request_stop)
     signal.signal(signal.SIGINT, runner.request_stop)
     try:

@@ -66,6 +66,7 @@ from replicator.spark.read_lease import write_lease
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sampling import SamplingSink, decided_per_bucket
 from replicator.spark.session import session_conf
+from replicator.spark.session_args import driver_read_limit, reads_through_spark
 from replicator.spark.sink import BatchResult, OrderedSink, SinkSettings
 from replicator.spark.small_batches import SmallBatchReader
 
@@ -441,22 +442,12 @@ class StreamReplication:
             q.stop()
 
     def driver_read_limit(self, master: str) -> int:
-        """The largest copy batch (in messages) the driver reads itself (config driver_reads).
-        Embedded, Spark's read tasks run on this machine too, and handing their rows through
-        the JVM to this process cost more than the reading (`make bench`, docs/performance.md);
-        on a cluster they read in parallel on other machines."""
-        small = ReaderOptions.min_partition_messages
-        mode = self.s.driver_reads
-        if mode == "auto":
-            mode = "all" if master.startswith("local") else "small"
-        return int(self.s.batch_max_messages or small) if mode == "all" else small
+        """The largest copy batch (in messages) the driver reads itself (config driver_reads)."""
+        return driver_read_limit(self.s, master)
 
     def reads_through_spark(self, master: str) -> bool:
-        """Whether this entry's batches go through Spark's Python task workers (else the driver
-        reads every batch itself, and starting those workers would only cost memory)."""
-        if self.s.sampling or self.s.order == "subject":
-            return True
-        return self.driver_read_limit(master) < int(self.s.batch_max_messages or 0)
+        """Whether this entry's batches go through Spark's Python task workers."""
+        return reads_through_spark(self.s, master)
 
     def _lanes_done(self, r: BatchResult) -> None:
         """Every lane of a batch is acknowledged: the target holds the batch whole."""

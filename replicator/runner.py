@@ -23,10 +23,12 @@ from replicator.metrics import metrics
 from replicator.monitor import Readiness, StreamState, serve
 from replicator.progress import PROGRESS_INTERVAL_S, Progress, slow_batch_line
 from replicator.replication import QueryState, StreamReplication
+from replicator.spark.early_jvm import EarlyJvm
 from replicator.spark.internals import captured_error_texts, jvm_answers
 from replicator.spark.listener import listen_to_batches
 from replicator.spark.planners import SOURCE_CREATION_MODULES, planners_left, release_idle_planners
 from replicator.spark.session import build_session
+from replicator.spark.session_args import SessionArgs, resolve_master, session_args
 from replicator.spark.warmup import warm_task_workers
 
 if TYPE_CHECKING:
@@ -48,12 +50,14 @@ class Runner:
         streams: list[StreamConfig],
         spark_master: str | None = None,
         create_class_archive: bool = False,
+        jvm: EarlyJvm | None = None,
     ) -> None:
+        """`jvm`: Spark's JVM, launched early with `session_args` for these same arguments
+        (replicator.spark.early_jvm); else it is launched as `run` begins."""
         self.cfg = cfg
         self.streams = streams
-        # A spark.master in spark_conf wins over both when the session starts (the user's
-        # settings come last), so every choice made from the master is made from that one.
-        self.master = cfg.spark_conf.get("spark.master") or spark_master or cfg.spark_master
+        self.master = resolve_master(cfg, spark_master)
+        self.jvm = jvm
         self.stop_event = threading.Event()
         self.loop = LoopThread()
         self.replications = [StreamReplication(cfg, s, self.loop) for s in streams]
@@ -80,12 +84,8 @@ class Runner:
         # Set by `stream-replicator jvm-archive`: the JVM dumps its loaded classes when it ends.
         self.create_class_archive = create_class_archive
 
-    def _raw_local_checkpoints(self) -> bool:
-        """Checkpoints on local disk without Hadoop's .crc files (replicator.spark.session, which
-        also keeps them for a Spark cluster): only for queries that keep no state, with local
-        checkpoints (with s3a:// and the like Hadoop buffers through the checksummed file system)."""
-        local = not self.cfg.checkpoint_store or self.cfg.checkpoint_store.startswith("file:")
-        return local and not any(s.sampling for s in self.streams)
+    def session_args(self) -> SessionArgs:
+        return session_args(self.cfg, self.streams, self.master, self.create_class_archive)
 
     def request_stop(self, *_: object) -> None:
         if not self.stop_event.is_set():
@@ -104,29 +104,18 @@ class Runner:
             self._start_heartbeats()
             return self._heartbeats_only()
         self._start_heartbeats()
+        args = self.session_args()
+        if self.jvm is None:  # its start runs beside the sources' (they may take a while)
+            self.jvm = EarlyJvm.start(args)
         for r in self.replications:
             self.readiness.set(r.label, StreamState.WAITING_FOR_SOURCE)
             if not r.prepare(self.stop_event.is_set):
                 self._stop_heartbeats()
+                self._abandon_jvm()
                 return 0
             self.readiness.set(r.label, StreamState.STARTING)
         log.info("starting Spark")
-        conf = dict(self.cfg.spark_conf)
-        if self.cfg.profiling:
-            conf.setdefault("spark.ui.enabled", "true")  # jobs, stages and their timings
-        # Embedded, the driver reads every batch itself: rows pass through the JVM only in a
-        # batch it could not read (then Spark reads it, without generated code: only slower).
-        rows_stay_out = not any(r.reads_through_spark(self.master) for r in self.replications)
-        self.spark = build_session(
-            self.master,
-            f"stream-replicator-{self.cfg.name}",
-            conf,
-            self.create_class_archive,
-            light_jvm=not any(s.sampling for s in self.streams),
-            driver_reads_all=rows_stay_out,
-            raw_local_checkpoints=self._raw_local_checkpoints(),
-            quiet=self.cfg.loglevel != "debug",
-        )
+        self.spark = build_session(**args.kwargs(), launched=self.jvm)
         log.info("Spark started (master %s)", self.spark.sparkContext.master)
         listen_to_batches(self.spark, self._on_batch)
         if self.cfg.profiling and self.spark.sparkContext.uiWebUrl:
@@ -366,6 +355,12 @@ class Runner:
             with contextlib.suppress(Exception):
                 self._heartbeats_run.result(6)
 
+    def _abandon_jvm(self) -> None:
+        """The run ends before its session started: a launch of the JVM still under way is let
+        finish (bounded), not cut off as this process exits; the JVM ends with this process."""
+        if self.jvm is not None:
+            self.jvm.abandon()
+
     def shutdown(self) -> None:
         """Stop queries and Spark; bounded, so SIGTERM always ends the process in time."""
         done = threading.Event()
@@ -381,6 +376,8 @@ class Runner:
                     self.spark.stop()
                 except Exception as e:  # its JVM already gone: nothing left to stop
                     log.debug("stopping Spark: %s", e)
+            else:
+                self._abandon_jvm()
             self.loop.stop()
             done.set()
 

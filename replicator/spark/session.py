@@ -19,11 +19,14 @@ from replicator.spark.internals import (
     numpy_check_without_pandas,
 )
 from replicator.spark.pyworker import worker_python
+from replicator.spark.session_args import SessionArgs
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from replicator.spark.early_jvm import EarlyJvm
 
 # Tuned for a streaming copy job on a small machine; each one measured in `make bench`.
 DEFAULT_CONF: dict[str, str] = {
@@ -93,6 +96,7 @@ def build_session(
     driver_reads_all: bool = False,
     quiet: bool = True,
     raw_local_checkpoints: bool = False,
+    launched: EarlyJvm | None = None,
 ) -> SparkSession:
     """`quiet`: Spark's own log shows errors only (the replicator's loglevel is not debug).
     `raw_local_checkpoints`: see RAW_LOCAL_CONF (the config's `spark_conf` still wins).
@@ -101,18 +105,51 @@ def build_session(
     heap starts small (replicator.spark.jvm) and, embedded, Spark generates no code for the
     batches' plans (NO_CODEGEN_CONF) and starts its Python processes without pyspark's daemon
     (NO_PYTHON_DAEMON_CONF), and the driver's pyarrow does without pandas
-    (replicator.spark.arrow_without_pandas). Under
-    spark-submit, its JVM, master and Python settings are used: see `submitted_conf`."""
+    (replicator.spark.arrow_without_pandas). `launched`: the JVM launched early for these same
+    arguments (replicator.spark.early_jvm; it checks), waited for here. Under spark-submit, its
+    JVM, master and Python settings are used: see `submitted_conf`."""
     numpy_check_without_pandas()
     submitted = submitted_conf()
     if submitted is not None:  # the cluster's file systems: left as they are
         return _submitted_session(submitted, app_name, conf, quiet)
+    args = SessionArgs(
+        master,
+        app_name,
+        dict(conf or {}),
+        create_class_archive,
+        light_jvm,
+        driver_reads_all,
+        quiet,
+        raw_local_checkpoints,
+    )
+    if driver_reads_all and master.startswith("local"):
+        pyarrow_without_pandas()
+    if launched is not None:
+        settings = launched.wait(args)
+    else:
+        settings = embedded_settings(args)
+        launch_jvm(master, app_name, settings, quiet)
+    from pyspark.sql import SparkSession
+
+    from replicator.spark.datasource import NatsJetStreamDataSource
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(settings.get("spark.log.level", "WARN"))
+    spark.dataSource.register(NatsJetStreamDataSource)
+    return spark
+
+
+def embedded_settings(args: SessionArgs) -> dict[str, str]:
+    """The Spark settings of a session whose JVM this process launches (ours, then the
+    config's), with the environment its JVM and Python workers inherit set to match."""
+    master, conf, driver_reads_all = args.master, args.conf, args.driver_reads_all
     # Embedded, with every batch read by the driver: see NO_CODEGEN_CONF, NO_PYTHON_DAEMON_CONF.
     embedded_driver_reads_all = driver_reads_all and master.startswith("local")
-    if embedded_driver_reads_all:
-        pyarrow_without_pandas()
-    if raw_local_checkpoints and master.startswith("local"):
-        conf = {**RAW_LOCAL_CONF, **(conf or {})}
+    if args.raw_local_checkpoints and master.startswith("local"):
+        conf = {**RAW_LOCAL_CONF, **conf}
     py = python_for_workers()
     # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and the
     # JVM's ~60 threads touch many: 2 arenas took ~90 MB off the JVM's RSS (one-off run).
@@ -125,12 +162,8 @@ def build_session(
     workers = worker_python(py) if master.startswith("local") else py
     os.environ["PYSPARK_PYTHON"] = workers
     os.environ["PYSPARK_DRIVER_PYTHON"] = NO_DATA_SOURCE_LOOKUP  # read by the JVM only
-    from pyspark.sql import SparkSession
-
-    from replicator.spark.datasource import NatsJetStreamDataSource
     from replicator.spark.jvm import driver_java_options
 
-    builder = SparkSession.builder.master(master).appName(app_name)
     merged = dict(DEFAULT_CONF)
     merged["spark.pyspark.python"] = workers
     merged["spark.executorEnv.PYSPARK_PYTHON"] = workers
@@ -141,24 +174,18 @@ def build_session(
     user = dict(conf or {})
     # Ours first: the JVM takes the last of repeated flags, so the user's options win.
     java_opts = [
-        driver_java_options(create_class_archive, light=light_jvm, small_heap=driver_reads_all),
-        f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG}" if quiet else "",
+        driver_java_options(args.create_class_archive, light=args.light_jvm, small_heap=driver_reads_all),
+        f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG}" if args.quiet else "",
         user.pop("spark.driver.extraJavaOptions", ""),
     ]
     if embedded_driver_reads_all:
         merged.update(NO_CODEGEN_CONF)
         merged.update(NO_PYTHON_DAEMON_CONF)
-    if quiet:
+    if args.quiet:
         merged["spark.log.level"] = "ERROR"
     merged["spark.driver.extraJavaOptions"] = " ".join(o for o in java_opts if o)
     merged.update(user)
-    _launch_jvm_apart(master, app_name, merged, quiet)
-    for k, v in merged.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(merged.get("spark.log.level", "WARN"))
-    spark.dataSource.register(NatsJetStreamDataSource)
-    return spark
+    return merged
 
 
 def submitted_conf() -> dict[str, str] | None:
@@ -218,14 +245,15 @@ def link_packed_environment_for_the_driver() -> None:
     )
 
 
-def _launch_jvm_apart(master: str, app_name: str, settings: dict[str, str], quiet: bool) -> None:
+def launch_jvm(master: str, app_name: str, settings: dict[str, str], quiet: bool) -> None:
     """Start Spark's JVM in a session of its own, so that a stop signal sent to this process's
     whole group (a terminal's Ctrl-C, `kill -TERM -PGID`, systemd's KillMode=mixed) reaches
     this driver only, which stops the queries and then Spark, in order; a JVM and Python
     workers signalled at the same time died under it and printed tracebacks. They still end
     with this process, killed or not: PySpark's gateway exits when its stdin, a pipe from this
     process, closes, and Spark's Python daemons exit when the JVM does.
-    Its console output comes back through a pipe and Python's logging (replicator.spark.jvm_log)."""
+    Its console output comes back through a pipe and Python's logging (replicator.spark.jvm_log).
+    Nothing to do where this process's JVM is already running."""
     from pyspark import SparkConf
 
     from replicator.spark.internals import gateway_started, launch_gateway

@@ -16,6 +16,7 @@ from helpers import (
     publish_raw,
     run,
     start_replicator,
+    tree,
     wait_for,
     wait_handled,
     write_config,
@@ -315,3 +316,50 @@ def test_source_publish_conditions_are_not_copied_and_a_wrong_target_stream_stor
         assert first_value(m.headers, "Nats-Expected-Last-Msg-Id") == first_value(
             before.headers, MSG_ID_HEADER
         )
+
+
+def _java_pids(root: int) -> list[int]:
+    return [pid for pid, cmd in tree(root).items() if cmd.split(" ", 1)[0].endswith("java")]
+
+
+def test_stopped_while_waiting_for_its_source_it_exits_cleanly_and_its_jvm_with_it(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """Spark's JVM is launched as the run starts, beside the wait for a source stream
+    (replicator.spark.early_jvm): a run stopped before its source appears ends it too."""
+    src, dst = source_server.url, nats_server.url
+    cfg = write_config(
+        tmp_path / "sr.yaml", "dc1", [{"stream": "NEVER", "source_url": src, "target_url": dst}]
+    )
+    rep = start_replicator(cfg)
+    assert rep.proc is not None
+    try:
+        wait_for(lambda: "does not exist" in rep.output(), 60, "a waiting log line", rep)
+        wait_for(lambda: _java_pids(rep.proc.pid), 60, "Spark's JVM launched while waiting", rep)
+        jvms = _java_pids(rep.proc.pid)
+    finally:
+        code = rep.stop()
+    assert code == 0, rep.output()
+    assert "Traceback" not in rep.output()
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in jvms), 30, "the JVM gone")
+
+
+def test_a_java_that_will_not_start_is_a_one_line_error(
+    source_server, nats_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "J", ["j.>"]))
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "java").write_text("#!/bin/sh\necho 'this java cannot run' >&2\nexit 1\n")
+    (home / "bin" / "java").chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [{"stream": "J", "source_url": src, "target_url": dst}])
+    rep = start_replicator(cfg)
+    assert rep.proc is not None
+    rep.proc.wait(120)
+    out = rep.output()
+    assert rep.proc.returncode == 2, out
+    assert "Traceback" not in out
+    assert out.strip().splitlines()[-1].startswith("stream-replicator: [JAVA_GATEWAY_EXITED]"), out
+    assert "this java cannot run" in out  # what the JVM's launch printed reaches the log

@@ -1,0 +1,92 @@
+"""Spark's JVM launched on a thread of its own as soon as the config is read, so that its
+start (seconds on a small machine) runs beside the rest of the replicator's: importing its
+modules, connecting to NATS, waiting for a source stream. `build_session` then waits for it and
+starts the session on it, with the same settings (it checks).
+
+`bench.start_bench` side by side (docs/performance.md): the JVM appeared 0.6 s after launch
+instead of 1.3 s, but the first copy came only ~4 % sooner, because on 2 cores the JVM's start
+and the replicator's own share the CPU. The launch itself is pyspark's
+(replicator.spark.session.launch_jvm); a failure to launch is raised where it was raised
+before, by `build_session`, with the JVM's last words in the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+
+from replicator.spark.session_args import SessionArgs
+
+log = logging.getLogger(__name__)
+
+# How long a run that ends before its session starts (stopped while it waited for a source, or
+# a server it could not reach) waits for a launch still under way, so that the process does not
+# exit in the middle of starting a subprocess. The JVM ends with this process either way.
+ABANDON_WAIT_S = 20.0
+
+
+class EarlyJvm:
+    """A launch of Spark's JVM under way on a thread of its own (see the module docstring)."""
+
+    def __init__(self, args: SessionArgs, settings: dict[str, str]) -> None:
+        self.args = args
+        self.settings = settings
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._launch, name="launch-spark-jvm", daemon=True)
+
+    @classmethod
+    def start(cls, args: SessionArgs) -> EarlyJvm | None:
+        """Launch it now; None under spark-submit, whose JVM is already running. What the
+        launch imports is imported here, on the calling thread: on a thread of its own, those
+        imports shared the interpreter with the caller's and the JVM started no sooner."""
+        if "PYSPARK_GATEWAY_PORT" in os.environ:
+            return None
+        import pyspark.java_gateway  # noqa: F401
+
+        from replicator.spark.internals import numpy_check_without_pandas
+        from replicator.spark.session import embedded_settings
+
+        # Before any call into the JVM (the launch itself makes some): pyspark's argument
+        # checks would otherwise import pandas.
+        numpy_check_without_pandas()
+        early = cls(args, embedded_settings(args))
+        early._thread.start()
+        return early
+
+    def _launch(self) -> None:
+        from replicator.spark.session import launch_jvm
+
+        try:
+            launch_jvm(self.args.master, self.args.app_name, self.settings, self.args.quiet)
+        except BaseException as e:  # raised again by wait(), on the thread that starts Spark
+            self.error = e
+
+    def wait(self, args: SessionArgs) -> dict[str, str]:
+        """Wait for the launch and give the settings it launched with; raise its error, if it
+        failed. `args`: the session about to start on it, which must be the one it was launched
+        for (a JVM's options cannot change once it runs)."""
+        if args != self.args:
+            raise RuntimeError(
+                f"Spark's JVM was launched for another session: {_difference(self.args, args)} "
+                "(a bug: please report it)"
+            )
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.settings
+
+    def abandon(self, timeout: float = ABANDON_WAIT_S) -> None:
+        """The run ends without a session: let a launch under way finish (bounded)."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.debug("Spark's JVM was still launching after %.0fs; leaving it", timeout)
+
+
+def _difference(launched: SessionArgs, wanted: SessionArgs) -> str:
+    return "; ".join(
+        f"{f.name} {getattr(launched, f.name)!r} != {getattr(wanted, f.name)!r}"
+        for f in dataclasses.fields(launched)
+        if getattr(launched, f.name) != getattr(wanted, f.name)
+    )
