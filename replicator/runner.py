@@ -109,7 +109,10 @@ class Runner:
             self.jvm = EarlyJvm.start(args)
         for r in self.replications:
             self.readiness.set(r.label, StreamState.WAITING_FOR_SOURCE)
-            if not r.prepare(self.stop_event.is_set):
+            if not r.prepare(self._stop_preparing):
+                if not self.stop_event.is_set() and self.jvm is not None and (e := self.jvm.failed()):
+                    self.jvm = None  # nothing left to abandon: its error is the run's
+                    raise e  # the JVM failed while a source was awaited: no use waiting on
                 self._stop_heartbeats()
                 self._abandon_jvm()
                 return 0
@@ -354,6 +357,11 @@ class Runner:
             self.heartbeats.stop()
             with contextlib.suppress(Exception):
                 self._heartbeats_run.result(6)
+
+    def _stop_preparing(self) -> bool:
+        """Whether to stop waiting for a source stream: asked to stop, or Spark's JVM, launched
+        meanwhile, cannot serve the run (its error is then raised: replicator.spark.early_jvm)."""
+        return self.stop_event.is_set() or (self.jvm is not None and self.jvm.failed() is not None)
 
     def _abandon_jvm(self) -> None:
         """The run ends before its session started: a launch of the JVM still under way is let

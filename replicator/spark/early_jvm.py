@@ -22,9 +22,9 @@ from replicator.spark.session_args import SessionArgs
 log = logging.getLogger(__name__)
 
 # How long a run that ends before its session starts (stopped while it waited for a source, or
-# a server it could not reach) waits for a launch still under way, so that the process does not
-# exit in the middle of starting a subprocess. The JVM ends with this process either way.
-ABANDON_WAIT_S = 20.0
+# a setup error) waits for a launch still under way, so that the process does not exit in the
+# middle of starting a subprocess: with the heartbeats' stop, inside the runner's stop deadline.
+ABANDON_WAIT_S = 10.0
 
 
 class EarlyJvm:
@@ -40,18 +40,24 @@ class EarlyJvm:
     def start(cls, args: SessionArgs) -> EarlyJvm | None:
         """Launch it now; None under spark-submit, whose JVM is already running. What the
         launch imports is imported here, on the calling thread: on a thread of its own, those
-        imports shared the interpreter with the caller's and the JVM started no sooner."""
+        imports shared the interpreter with the caller's and the JVM started no sooner. An
+        error on the way is kept and raised by `wait`, where a failed launch was raised before."""
         if "PYSPARK_GATEWAY_PORT" in os.environ:
             return None
-        import pyspark.java_gateway  # noqa: F401
+        try:
+            import pyspark.java_gateway  # noqa: F401
 
-        from replicator.spark.internals import numpy_check_without_pandas
-        from replicator.spark.session import embedded_settings
+            from replicator.spark.internals import numpy_check_without_pandas
+            from replicator.spark.session import embedded_settings
 
-        # Before any call into the JVM (the launch itself makes some): pyspark's argument
-        # checks would otherwise import pandas.
-        numpy_check_without_pandas()
-        early = cls(args, embedded_settings(args))
+            # Before any call into the JVM (the launch itself makes some): pyspark's argument
+            # checks would otherwise import pandas.
+            numpy_check_without_pandas()
+            early = cls(args, embedded_settings(args))
+        except Exception as e:
+            early = cls(args, {})
+            early.error = e
+            return early
         early._thread.start()
         return early
 
@@ -63,6 +69,27 @@ class EarlyJvm:
         except BaseException as e:  # raised again by wait(), on the thread that starts Spark
             self.error = e
 
+    def _launching(self) -> bool:
+        return self._thread.is_alive()
+
+    def failed(self) -> BaseException | None:
+        """Why the JVM cannot serve a session, once that is known: its launch failed, or it
+        exited after it (killed while the run waited for a source, say). None otherwise."""
+        if self._launching():
+            return None
+        if self.error is not None:
+            return self.error
+        from replicator.spark.internals import gateway_process
+
+        proc = gateway_process()
+        code = proc.poll() if proc is not None else None
+        if code is not None:
+            return RuntimeError(
+                f"Spark's JVM exited (code {code}) before the session started; its last lines are "
+                "in the log above (start the replicator again)"
+            )
+        return None
+
     def wait(self, args: SessionArgs) -> dict[str, str]:
         """Wait for the launch and give the settings it launched with; raise its error, if it
         failed. `args`: the session about to start on it, which must be the one it was launched
@@ -72,16 +99,24 @@ class EarlyJvm:
                 f"Spark's JVM was launched for another session: {_difference(self.args, args)} "
                 "(a bug: please report it)"
             )
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
+        if self._thread.ident is not None:
+            self._thread.join()
+        error = self.failed()
+        if error is not None:
+            raise error
         return self.settings
 
     def abandon(self, timeout: float = ABANDON_WAIT_S) -> None:
-        """The run ends without a session: let a launch under way finish (bounded)."""
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            log.debug("Spark's JVM was still launching after %.0fs; leaving it", timeout)
+        """The run ends without a session: let a launch under way finish (bounded), and say
+        so if it had failed (the run's own reason to end comes first)."""
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
+        if self._launching():
+            log.warning(
+                "Spark's JVM was still starting after %.0fs; leaving it to end with this process", timeout
+            )
+        elif (error := self.failed()) is not None:
+            log.warning("Spark's JVM could not have served this run either: %s", error)
 
 
 def _difference(launched: SessionArgs, wanted: SessionArgs) -> str:

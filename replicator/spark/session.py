@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -245,6 +246,9 @@ def link_packed_environment_for_the_driver() -> None:
     )
 
 
+_LAUNCH_LOCK = threading.Lock()
+
+
 def launch_jvm(master: str, app_name: str, settings: dict[str, str], quiet: bool) -> None:
     """Start Spark's JVM in a session of its own, so that a stop signal sent to this process's
     whole group (a terminal's Ctrl-C, `kill -TERM -PGID`, systemd's KillMode=mixed) reaches
@@ -259,23 +263,26 @@ def launch_jvm(master: str, app_name: str, settings: dict[str, str], quiet: bool
     from replicator.spark.internals import gateway_started, launch_gateway
     from replicator.spark.jvm_log import forward_jvm_output
 
-    if gateway_started():
-        return
-    conf = SparkConf().setMaster(master).setAppName(app_name)
-    for k, v in settings.items():
-        conf.set(k, v)
-    # Our own pipe, read from before the JVM starts: what it prints when it fails to start is
-    # the reason, and must reach the log too.
-    read_end, write_end = os.pipe()
-    forwarder = forward_jvm_output(os.fdopen(read_end, "rb"), quiet)
-    try:
-        popen_kwargs = {"start_new_session": True, "stdout": write_end, "stderr": subprocess.STDOUT}
-        launch_gateway(conf, popen_kwargs)
-    except Exception:
-        os.close(write_end)
-        forwarder.join(5)  # the JVM has exited: its last words are logged before the error
-        raise
-    os.close(write_end)  # the JVM holds its own copy: the pipe ends when it exits
+    # One launch at a time: a second (another run in this process, while an early launch is
+    # still under way) waits for the first and then finds its JVM running.
+    with _LAUNCH_LOCK:
+        if gateway_started():
+            return
+        conf = SparkConf().setMaster(master).setAppName(app_name)
+        for k, v in settings.items():
+            conf.set(k, v)
+        # Our own pipe, read from before the JVM starts: what it prints when it fails to start is
+        # the reason, and must reach the log too.
+        read_end, write_end = os.pipe()
+        forwarder = forward_jvm_output(os.fdopen(read_end, "rb"), quiet)
+        try:
+            popen_kwargs = {"start_new_session": True, "stdout": write_end, "stderr": subprocess.STDOUT}
+            launch_gateway(conf, popen_kwargs)
+        except Exception:
+            os.close(write_end)
+            forwarder.join(5)  # the JVM has exited: its last words are logged before the error
+            raise
+        os.close(write_end)  # the JVM holds its own copy: the pipe ends when it exits
 
 
 @contextlib.contextmanager

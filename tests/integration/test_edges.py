@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -318,8 +320,13 @@ def test_source_publish_conditions_are_not_copied_and_a_wrong_target_stream_stor
         )
 
 
-def _java_pids(root: int) -> list[int]:
-    return [pid for pid, cmd in tree(root).items() if cmd.split(" ", 1)[0].endswith("java")]
+def _spark_jvms(root: int) -> list[int]:
+    """Spark's JVM in the replicator's tree (not spark-submit's short-lived launcher JVM)."""
+    return [
+        pid
+        for pid, cmd in tree(root).items()
+        if cmd.split(" ", 1)[0].endswith("java") and "org.apache.spark.deploy.SparkSubmit" in cmd
+    ]
 
 
 def test_stopped_while_waiting_for_its_source_it_exits_cleanly_and_its_jvm_with_it(
@@ -335,8 +342,8 @@ def test_stopped_while_waiting_for_its_source_it_exits_cleanly_and_its_jvm_with_
     assert rep.proc is not None
     try:
         wait_for(lambda: "does not exist" in rep.output(), 60, "a waiting log line", rep)
-        wait_for(lambda: _java_pids(rep.proc.pid), 60, "Spark's JVM launched while waiting", rep)
-        jvms = _java_pids(rep.proc.pid)
+        wait_for(lambda: _spark_jvms(rep.proc.pid), 60, "Spark's JVM launched while waiting", rep)
+        jvms = _spark_jvms(rep.proc.pid)
     finally:
         code = rep.stop()
     assert code == 0, rep.output()
@@ -344,11 +351,14 @@ def test_stopped_while_waiting_for_its_source_it_exits_cleanly_and_its_jvm_with_
     wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in jvms), 30, "the JVM gone")
 
 
+@pytest.mark.parametrize("source", ["exists", "missing"])
 def test_a_java_that_will_not_start_is_a_one_line_error(
-    source_server, nats_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    source_server, nats_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:
+    """Also while the run waits for a source stream: waiting on could only end in this error."""
     src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "J", ["j.>"]))
+    if source == "exists":
+        run(create_stream(src, "J", ["j.>"]))
     home = tmp_path / "jdk"
     (home / "bin").mkdir(parents=True)
     (home / "bin" / "java").write_text("#!/bin/sh\necho 'this java cannot run' >&2\nexit 1\n")
@@ -363,3 +373,32 @@ def test_a_java_that_will_not_start_is_a_one_line_error(
     assert "Traceback" not in out
     assert out.strip().splitlines()[-1].startswith("stream-replicator: [JAVA_GATEWAY_EXITED]"), out
     assert "this java cannot run" in out  # what the JVM's launch printed reaches the log
+
+
+def test_a_jvm_killed_while_the_run_waits_for_its_source_is_a_one_line_error(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    src, dst = source_server.url, nats_server.url
+    cfg = write_config(
+        tmp_path / "sr.yaml", "dc1", [{"stream": "LATE", "source_url": src, "target_url": dst}]
+    )
+    rep = start_replicator(cfg)
+    assert rep.proc is not None
+    try:
+        wait_for(lambda: "does not exist" in rep.output(), 60, "a waiting log line", rep)
+        wait_for(lambda: _spark_jvms(rep.proc.pid), 60, "Spark's JVM launched while waiting", rep)
+        time.sleep(3)  # its launch done: the gateway answers
+        for pid in _spark_jvms(rep.proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        rep.proc.wait(60)
+    finally:
+        if rep.alive():
+            rep.stop()
+    out = rep.output()
+    assert rep.proc.returncode == 2, out
+    assert "Traceback" not in out
+    # Killed once its launch was done (the usual case), or still launching on a slow machine.
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(
+        ("stream-replicator: Spark's JVM exited (code -9)", "stream-replicator: [JAVA_GATEWAY_EXITED]")
+    ), out
