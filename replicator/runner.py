@@ -23,7 +23,7 @@ from replicator.metrics import metrics
 from replicator.monitor import Readiness, StreamState, serve
 from replicator.progress import PROGRESS_INTERVAL_S, Progress, slow_batch_line
 from replicator.replication import QueryState, StreamReplication
-from replicator.spark.early_jvm import EarlyJvm
+from replicator.spark.early_jvm import EarlyJvm, JvmGone
 from replicator.spark.internals import captured_error_texts, jvm_answers
 from replicator.spark.listener import listen_to_batches
 from replicator.spark.planners import SOURCE_CREATION_MODULES, planners_left, release_idle_planners
@@ -111,14 +111,20 @@ class Runner:
             self.readiness.set(r.label, StreamState.WAITING_FOR_SOURCE)
             if not r.prepare(self._stop_preparing):
                 if not self.stop_event.is_set() and self.jvm is not None and (e := self.jvm.failed()):
+                    # The JVM failed while a source was awaited: no use waiting on.
                     self.jvm = None  # nothing left to abandon: its error is the run's
-                    raise e  # the JVM failed while a source was awaited: no use waiting on
+                    if isinstance(e, JvmGone):
+                        return self._exit_jvm_gone(e)
+                    raise e
                 self._stop_heartbeats()
                 self._abandon_jvm()
                 return 0
             self.readiness.set(r.label, StreamState.STARTING)
         log.info("starting Spark")
-        self.spark = build_session(**args.kwargs(), launched=self.jvm)
+        try:
+            self.spark = build_session(**args.kwargs(), launched=self.jvm)
+        except JvmGone as e:
+            return self._exit_jvm_gone(e)
         log.info("Spark started (master %s)", self.spark.sparkContext.master)
         listen_to_batches(self.spark, self._on_batch)
         if self.cfg.profiling and self.spark.sparkContext.uiWebUrl:
@@ -357,6 +363,12 @@ class Runner:
             self.heartbeats.stop()
             with contextlib.suppress(Exception):
                 self._heartbeats_run.result(6)
+
+    def _exit_jvm_gone(self, e: JvmGone) -> int:
+        # As for a JVM that dies under a running session: exit 1, for the service to restart.
+        log.error("%s; exiting (exit status 1) so that the service is restarted", e)
+        self._stop_heartbeats()
+        return 1
 
     def _stop_preparing(self) -> bool:
         """Whether to stop waiting for a source stream: asked to stop, or Spark's JVM, launched

@@ -6,8 +6,10 @@ starts the session on it, with the same settings (it checks).
 `bench.start_bench` side by side (docs/performance.md): the JVM appeared 0.6 s after launch
 instead of 1.3 s, but the first copy came only ~4 % sooner, because on 2 cores the JVM's start
 and the replicator's own share the CPU. The launch itself is pyspark's
-(replicator.spark.session.launch_jvm); a failure to launch is raised where it was raised
-before, by `build_session`, with the JVM's last words in the log.
+(replicator.spark.session.launch_jvm). A launch that fails stops the run with its error as
+before (a setup problem, exit status 2), by then or as soon as the runner next looks while it
+waits for a source; a JVM that dies after its launch is `JvmGone`, which the runner ends with
+exit status 1, as it does for a JVM that dies under a running session.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 
 from replicator.spark.session_args import SessionArgs
 
@@ -62,33 +65,42 @@ class EarlyJvm:
         return early
 
     def _launch(self) -> None:
+        from replicator.spark.internals import gateway_process
         from replicator.spark.session import launch_jvm
 
+        started = time.monotonic()
         try:
             launch_jvm(self.args.master, self.args.app_name, self.settings, self.args.quiet)
         except BaseException as e:  # raised again by wait(), on the thread that starts Spark
             self.error = e
+            return
+        proc = gateway_process()
+        log.info(
+            "launched Spark's JVM (pid %s) in %.1fs", getattr(proc, "pid", "?"), time.monotonic() - started
+        )
 
     def _launching(self) -> bool:
         return self._thread.is_alive()
 
     def failed(self) -> BaseException | None:
-        """Why the JVM cannot serve a session, once that is known: its launch failed, or it
-        exited after it (killed while the run waited for a source, say). None otherwise."""
+        """Why the JVM cannot serve a session, once that is known: its launch failed (an error
+        that stops the run, as a failed launch did before), or it exited after it (killed
+        while the run waited for a source, say: JvmGone). None otherwise."""
         if self._launching():
             return None
         if self.error is not None:
-            return self.error
+            if isinstance(self.error, RuntimeError | OSError):
+                return self.error
+            return RuntimeError(
+                f"Spark's JVM could not be started: {type(self.error).__name__}: {self.error}"
+            )
         from replicator.spark.internals import gateway_process
 
         proc = gateway_process()
         code = proc.poll() if proc is not None else None
-        if code is not None:
-            return RuntimeError(
-                f"Spark's JVM exited (code {code}) before the session started; its last lines are "
-                "in the log above (start the replicator again)"
-            )
-        return None
+        # Exit status 0: not this JVM's (it runs until this process ends); pyspark accepts a
+        # launch script that exits 0 once the JVM it started is up.
+        return JvmGone(code) if code not in (None, 0) else None
 
     def wait(self, args: SessionArgs) -> dict[str, str]:
         """Wait for the launch and give the settings it launched with; raise its error, if it
@@ -115,8 +127,15 @@ class EarlyJvm:
             log.warning(
                 "Spark's JVM was still starting after %.0fs; leaving it to end with this process", timeout
             )
-        elif (error := self.failed()) is not None:
-            log.warning("Spark's JVM could not have served this run either: %s", error)
+        elif self.error is not None:
+            log.warning("Spark's JVM could not have served this run either: %s", self.failed())
+
+
+class JvmGone(RuntimeError):
+    """Spark's JVM exited after its launch, before its session started."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"Spark's JVM is gone (exit code {code}) before its session started")
 
 
 def _difference(launched: SessionArgs, wanted: SessionArgs) -> str:

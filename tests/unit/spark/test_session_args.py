@@ -4,7 +4,6 @@ that a JVM launched early serves only the session it was launched for."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,32 +74,3 @@ def test_a_jvm_launched_early_refuses_a_session_it_was_not_launched_for() -> Non
         RuntimeError, match=r"launched for another session: conf \{\} != .*light_jvm True != False"
     ):
         early.wait(other)
-
-
-@pytest.mark.parametrize(
-    ("top", "only", "spark_master"),
-    [
-        ({}, None, None),
-        ({"profiling": True, "loglevel": "debug"}, "B", None),
-        ({"spark_conf": {"spark.master": "local[2]", "spark.x": "1"}}, None, "spark://cli:7077"),
-        ({"checkpoint_store": "s3a://bucket/cp"}, "A", "spark://cli:7077"),
-    ],
-)
-def test_the_runner_asks_for_the_session_the_cli_launched_its_jvm_for(
-    top: dict[str, Any], only: str | None, spark_master: str | None, tmp_path: Path
-) -> None:
-    """`run` launches the JVM from the config before the runner exists; the runner's session must
-    be that one (else it refuses to start: EarlyJvm.wait)."""
-    from replicator.runner import Runner
-
-    cfg = parse_config(
-        {"name": "dc1", "state_store": str(tmp_path), **top,
-         "streams": [{**COMMON, "stream": "A"}, {**COMMON, "stream": "B", **SAMPLED}]}
-    )  # fmt: skip
-    streams = [cfg.stream_named(only)] if only else list(cfg.streams)
-    launched = session_args(cfg, streams, resolve_master(cfg, spark_master))
-    runner = Runner(cfg, streams, spark_master)
-    try:
-        assert runner.session_args() == launched
-    finally:
-        runner.loop.stop()
