@@ -114,14 +114,14 @@ def build_session(
     if submitted is not None:  # the cluster's file systems: left as they are
         return _submitted_session(submitted, app_name, conf, quiet)
     args = SessionArgs(
-        master,
-        app_name,
-        dict(conf or {}),
-        create_class_archive,
-        light_jvm,
-        driver_reads_all,
-        quiet,
-        raw_local_checkpoints,
+        master=master,
+        app_name=app_name,
+        conf=dict(conf or {}),
+        create_class_archive=create_class_archive,
+        light_jvm=light_jvm,
+        driver_reads_all=driver_reads_all,
+        quiet=quiet,
+        raw_local_checkpoints=raw_local_checkpoints,
     )
     if driver_reads_all and master.startswith("local"):
         pyarrow_without_pandas()
@@ -172,7 +172,7 @@ def embedded_settings(args: SessionArgs) -> dict[str, str]:
         # On a cluster the driver must be reachable from executors on other hosts.
         merged.pop("spark.driver.bindAddress")
         merged.pop("spark.driver.host")
-    user = dict(conf or {})
+    user = dict(conf)
     # Ours first: the JVM takes the last of repeated flags, so the user's options win.
     java_opts = [
         driver_java_options(args.create_class_archive, light=args.light_jvm, small_heap=driver_reads_all),

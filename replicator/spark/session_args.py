@@ -60,7 +60,7 @@ class SessionArgs:
     raw_local_checkpoints: bool = False
 
     def kwargs(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return dataclasses.asdict(self)
 
 
 def session_args(

@@ -12,13 +12,13 @@ from pathlib import Path
 import nats
 import pytest
 from helpers import (
+    Replicator,
     cli,
     create_stream,
     publish,
     publish_raw,
     run,
     start_replicator,
-    tree,
     wait_for,
     wait_handled,
     write_config,
@@ -320,37 +320,29 @@ def test_source_publish_conditions_are_not_copied_and_a_wrong_target_stream_stor
         )
 
 
-def _spark_jvms(root: int) -> list[int]:
-    """Spark's JVM in the replicator's tree (not spark-submit's short-lived launcher JVM)."""
-    return [
-        pid
-        for pid, cmd in tree(root).items()
-        if cmd.split(" ", 1)[0].endswith("java")
-        and "org.apache.spark.deploy.SparkSubmit" in cmd
-        and "org.apache.spark.launcher.Main" not in cmd
-    ]
+def _waiting_for_its_source(src: str, dst: str, tmp_path: Path) -> tuple[Replicator, int]:
+    """A replicator waiting for a source stream that does not exist, with its Spark JVM
+    launched meanwhile (replicator.spark.early_jvm): the process and the JVM's pid."""
+    cfg = write_config(
+        tmp_path / "sr.yaml", "dc1", [{"stream": "LATE", "source_url": src, "target_url": dst}]
+    )
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: "does not exist" in rep.output(), 60, "a waiting log line", rep)
+        wait_for(lambda: "launched Spark's JVM (pid " in rep.output(), 120, "the JVM launched", rep)
+    except BaseException:
+        rep.stop()
+        raise
+    return rep, int(rep.output().split("launched Spark's JVM (pid ")[1].split(")")[0])
 
 
 def test_stopped_while_waiting_for_its_source_it_exits_cleanly_and_its_jvm_with_it(
     source_server, nats_server, tmp_path: Path
 ) -> None:
-    """Spark's JVM is launched as the run starts, beside the wait for a source stream
-    (replicator.spark.early_jvm): a run stopped before its source appears ends it too."""
-    src, dst = source_server.url, nats_server.url
-    cfg = write_config(
-        tmp_path / "sr.yaml", "dc1", [{"stream": "NEVER", "source_url": src, "target_url": dst}]
-    )
-    rep = start_replicator(cfg)
-    assert rep.proc is not None
-    try:
-        wait_for(lambda: "does not exist" in rep.output(), 60, "a waiting log line", rep)
-        wait_for(lambda: _spark_jvms(rep.proc.pid), 60, "Spark's JVM launched while waiting", rep)
-        jvms = _spark_jvms(rep.proc.pid)
-    finally:
-        code = rep.stop()
-    assert code == 0, rep.output()
+    rep, jvm = _waiting_for_its_source(source_server.url, nats_server.url, tmp_path)
+    assert rep.stop() == 0, rep.output()
     assert "Traceback" not in rep.output()
-    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in jvms), 30, "the JVM gone")
+    wait_for(lambda: not Path(f"/proc/{jvm}").exists(), 30, "the JVM gone")
 
 
 @pytest.mark.parametrize("source", ["exists", "missing"])
@@ -386,17 +378,10 @@ def test_a_jvm_killed_while_the_run_waits_for_its_source_exits_1_for_a_restart(
 ) -> None:
     """As when it dies under a running session (docs/operations.md): exit status 1, which the
     shipped systemd unit restarts (2, a setup problem, it does not)."""
-    src, dst = source_server.url, nats_server.url
-    cfg = write_config(
-        tmp_path / "sr.yaml", "dc1", [{"stream": "LATE", "source_url": src, "target_url": dst}]
-    )
-    rep = start_replicator(cfg)
+    rep, jvm = _waiting_for_its_source(source_server.url, nats_server.url, tmp_path)
     assert rep.proc is not None
     try:
-        wait_for(lambda: "does not exist" in rep.output(), 60, "a waiting log line", rep)
-        wait_for(lambda: "launched Spark's JVM (pid " in rep.output(), 120, "the JVM launched", rep)
-        pid = int(rep.output().split("launched Spark's JVM (pid ")[1].split(")")[0])
-        os.kill(pid, signal.SIGKILL)
+        os.kill(jvm, signal.SIGKILL)
         rep.proc.wait(60)
     finally:
         if rep.alive():
