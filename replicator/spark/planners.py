@@ -5,17 +5,18 @@ reads; under spark-submit also a lookup of other data sources, which the replica
 skips: replicator.spark.internals.NO_DATA_SOURCE_LOOKUP), each in a worker forked by its own
 `pyspark.daemon` (an embedded copy-only process runs without the daemon, and there each step's
 process ends with it: replicator.spark.session.NO_PYTHON_DAEMON_CONF). Spark keeps each daemon
-for the life of the session, and its last worker for a minute: with the lookup, six idle processes, ~420 MB summed RSS in a one-off sample of the
-replicator's process tree during a `make bench`-sized copy, about a fifth of it. Neither `spark.python.factory.idleWorkerMaxPoolSize` (at least 1) nor
-`spark.python.worker.killOnIdleTimeout` (inside tasks only) releases them.
+for the life of the session, and its last worker for a minute: with the lookup, six idle
+processes, ~420 MB summed RSS in a one-off sample of the replicator's process tree during a
+`make bench`-sized copy, about a fifth of it. Neither `spark.python.factory.idleWorkerMaxPoolSize`
+(at least 1) nor `spark.python.worker.killOnIdleTimeout` (inside tasks only) releases them.
 
 Spark keeps these processes in a private map of its `SparkEnv`, with no public way to stop them,
-so this reaches it by reflection (replicator.spark.internals.python_worker_daemons). Stopping a factory ends
-its daemon and idle workers; the factory stays usable and starts a new daemon when a later
-query start needs one. A factory with a worker in use is left alone, and the runner calls this
-once every query has started a batch (replicator.runner); should a step still take a worker in
-the instant between that check and the stop, that query start or batch fails and is retried
-from the checkpoint.
+so this reaches it by reflection (replicator.spark.internals.python_worker_daemons). Stopping a
+factory ends its daemon and idle workers; the factory stays usable and starts a new daemon when
+a later query start needs one. A factory with a worker in use is left alone, and the runner
+calls this once every query has started a batch (replicator.runner); should a step still take a
+worker in the instant between that check and the stop, that query start or batch fails and is
+retried from the checkpoint.
 """
 
 from __future__ import annotations
