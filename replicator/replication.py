@@ -379,6 +379,10 @@ class StreamReplication:
             last = self._source_last_seq() if end else None
             if end and last is not None and end - 1 <= last:
                 self.sink.handled_up_to(end - 1)
+                self.sink.show_handled()
+        elif self.leading():
+            # A copy's floor is the target's last copy, with what was in flight caught up.
+            self.sink.show_handled()
         options = dataclasses.replace(self.reader_options(), initial_offset=self._initial_offset(files))
         df = spark.readStream.format("nats-jetstream").options(**options.to_spark()).load()
         sink: Any = self.sink
@@ -610,6 +614,7 @@ class StreamReplication:
             self.log.info("taking over after source sequence %d, the target's last copy", self.sink.floor)
         if self.hot_standby:
             self.catch_up()  # what this instance left in flight when it last led, if the target lacks it
+            self.sink.show_handled()
             after = self.sink.floor if found is not None or self.sink.floor else None
             write_lease(str(lease_path(self.cfg, self.s)), after)
         self.took_over = True

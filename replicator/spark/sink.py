@@ -305,6 +305,13 @@ class OrderedSink:
         settled, a range published again, the target's last copy found at a takeover)."""
         self._floor = max(self._floor, seq)
 
+    def show_handled(self) -> None:
+        """Set the stream_sequence gauge to the floor, where the floor is known to be handled
+        (a query starting, a takeover caught up): a batch with messages sets it otherwise, and a
+        restart with nothing new to read would show none."""
+        if self._floor > 0:
+            self.labels.of(metrics().sequence).set(self._floor)
+
     @property
     def landed(self) -> int:
         """Copies the target stored since this sink started, failed batches included."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -18,6 +19,7 @@ from helpers import (
     run,
     start_replicator,
     wait_for,
+    wait_handled,
     write_config,
 )
 
@@ -179,3 +181,36 @@ def test_a_recreated_source_stream_is_copied_whole_after_its_earlier_lifes_copie
     new = [m for m in run(read_all(dst, "EVENTS")) if m.data.startswith(b"new")]
     seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in new]  # type: ignore[union-attr]
     assert seqs == list(range(1, 3_001))
+
+
+@pytest.mark.parametrize("mode", ["copy", "sampled"])
+def test_a_restart_with_nothing_new_reports_every_message_handled(
+    source_server, nats_server, tmp_path: Path, mode: str
+) -> None:
+    """`stream_sequence` is the last source sequence handled (docs/operations.md): a restart, or
+    a standby taking over a checkpoint its leader had committed to the source's end, reports it
+    from where it starts, not only after a batch with messages (in CI a sampled takeover whose
+    leader had read the whole fleet reported nothing handled for minutes)."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", ["reg.>"]))
+    run(publish(src, [(f"reg.n{i % 40}", registration(i % 40, 500 + i), None) for i in range(400)]))
+    entry: dict[str, Any] = {"stream": "REG", "source_url": src, "target_url": dst}
+    if mode == "sampled":
+        entry |= {"inspect_field": "sender", "inspect_duration": "1h", "size_trigger": 100_000}
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(120)
+        wait_handled(rep, src, "REG")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    copies = run(count(dst, "REG"))
+    assert copies == (400 if mode == "copy" else 40)
+
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(120)
+        wait_handled(rep, src, "REG", timeout=60)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert run(count(dst, "REG")) == copies  # and nothing copied twice
