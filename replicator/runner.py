@@ -10,7 +10,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -384,28 +384,63 @@ class Runner:
     def shutdown(self) -> None:
         """Stop queries and Spark; bounded, so SIGTERM always ends the process in time."""
         done = threading.Event()
+        steps = _StopSteps()
 
         def _stop() -> None:
             for r in self.replications:
                 self.readiness.set(r.label, StreamState.STOPPED)
-                r.stop()
-                r.stop_election()  # after the query: a standby takes over once nothing is in flight
-            self._stop_heartbeats()
+                with steps.step(f"{r.label}'s query"):
+                    r.stop()
+                with steps.step(f"{r.label}'s election"):
+                    r.stop_election()  # after the query: a standby takes over once nothing is in flight
+            with steps.step("the heartbeats"):
+                self._stop_heartbeats()
             if self.spark is not None:
-                try:
-                    self.spark.stop()
-                except Exception as e:  # its JVM already gone: nothing left to stop
-                    log.debug("stopping Spark: %s", e)
+                with steps.step("Spark"):
+                    try:
+                        self.spark.stop()
+                    except Exception as e:  # its JVM already gone: nothing left to stop
+                        log.debug("stopping Spark: %s", e)
             else:
-                self._abandon_jvm()
+                with steps.step("Spark's JVM launch"):
+                    self._abandon_jvm()
             self.loop.stop()
             done.set()
 
         threading.Thread(target=_stop, name="shutdown", daemon=True).start()
         if not done.wait(STOP_DEADLINE_S):
-            log.error("clean stop took longer than %.0fs; exiting now", STOP_DEADLINE_S)
+            log.error(
+                "clean stop took longer than %.0fs (%s); exiting now", STOP_DEADLINE_S, steps.describe()
+            )
             os._exit(1)
         log.info("stopped")
+
+
+class _StopSteps:
+    """What a stop is doing and what took long so far: a stop past its deadline says where it
+    was (on a loaded machine, a batch, Spark's own stop or a server may be slow to answer)."""
+
+    SLOW_S = 2.0
+
+    def __init__(self) -> None:
+        self.current: str | None = None
+        self.slow: list[str] = []
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        self.current, began = name, time.monotonic()
+        try:
+            yield
+        finally:
+            took = time.monotonic() - began
+            self.current = None
+            if took >= self.SLOW_S:
+                self.slow.append(f"{name} {took:.1f} s")
+                log.info("stopping %s took %.1f s", name, took)
+
+    def describe(self) -> str:
+        now = f"still stopping {self.current}" if self.current else "stopping"
+        return now + (f"; before that {', '.join(self.slow)}" if self.slow else "")
 
 
 @dataclass

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import copied_source_sequences, orders_backlog, run, wait_for
+from helpers import copied_source_sequences, orders_backlog, run, wait_for, wait_handled
 
 from harness.dist import SUBMIT_FILE, Artifacts, build
 from harness.process import ReplicatorProcess, process_tree
@@ -117,6 +117,10 @@ def test_spark_submit_with_the_packed_environment_on_a_standalone_cluster(
             wait_for(
                 lambda: run(count(nats_server.url, "ORDERS")) >= n, 240, "the copy via spark-submit", rep
             )
+            # Stopped once its last batch is settled: a stop mid-batch is test_stop's; here, on a
+            # loaded CI machine, finishing that batch plus the standalone cluster's own stop
+            # once passed the 25 s stop deadline.
+            wait_handled(rep, source_server.url, "ORDERS")
             # A clean stop under spark-submit: SIGTERM to the Python driver (docs/operations.md);
             # it stops the query and Spark, and spark-submit then ends with its exit code, 0.
             assert rep.proc is not None

@@ -190,3 +190,16 @@ def test_a_spark_master_in_spark_conf_is_the_master_every_choice_is_made_from(tm
     assert master({"spark.master": "spark://spark-1:7077"}, "local[2]") == "spark://spark-1:7077"
     assert master({}, "local[2]") == "local[2]"
     assert master({}, None) == "local[*]"
+
+
+def test_a_stop_past_its_deadline_says_which_step_it_was_in_and_what_was_slow(monkeypatch) -> None:
+    from replicator.runner import _StopSteps
+
+    steps = _StopSteps()
+    monkeypatch.setattr(_StopSteps, "SLOW_S", 0.0)  # every step counts as slow
+    with steps.step("REG/dc1's query"):
+        pass
+    with steps.step("Spark"):
+        assert steps.describe().startswith("still stopping Spark; before that REG/dc1's query ")
+    assert steps.describe().startswith("stopping; before that REG/dc1's query ")
+    assert ", Spark " in steps.describe()
