@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 TEST_WORKERS ?= 3
 
 test: install
-	$(BIN)/pytest -q -ra --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) tests
+	$(BIN)/pytest -q -ra --durations=30 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) tests
 
 test-unit: install
 	$(BIN)/pytest -q tests/unit
