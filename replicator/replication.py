@@ -360,7 +360,8 @@ class StreamReplication:
         self.batch_started.clear()
         if self.hot_standby and not self.took_over:
             lease_path(self.cfg, self.s).unlink(missing_ok=True)  # stand by until take_over()
-        if self.leading():
+        leads = self.leading()  # once: a first election may be won meanwhile
+        if leads:
             self.catch_up()  # a standby leaves its in-flight copies to whoever leads
         ckpt = checkpoint_location(self.cfg, self.s)
         files = open_checkpoint(ckpt, spark)
@@ -379,10 +380,12 @@ class StreamReplication:
             last = self._source_last_seq() if end else None
             if end and last is not None and end - 1 <= last:
                 self.sink.handled_up_to(end - 1)
-                self.sink.show_handled()
-        elif self.leading():
+                # Not the floor: a batch's copies move it before its advisories are out, and a
+                # takeover moves it to the target's last copy, which the replay may advise about.
+                self.sink.show_handled(end - 1)
+        elif leads:
             # A copy's floor is the target's last copy, with what was in flight caught up.
-            self.sink.show_handled()
+            self.sink.show_handled(self.sink.floor)
         options = dataclasses.replace(self.reader_options(), initial_offset=self._initial_offset(files))
         df = spark.readStream.format("nats-jetstream").options(**options.to_spark()).load()
         sink: Any = self.sink
@@ -614,7 +617,6 @@ class StreamReplication:
             self.log.info("taking over after source sequence %d, the target's last copy", self.sink.floor)
         if self.hot_standby:
             self.catch_up()  # what this instance left in flight when it last led, if the target lacks it
-            self.sink.show_handled()
             after = self.sink.floor if found is not None or self.sink.floor else None
             write_lease(str(lease_path(self.cfg, self.s)), after)
         self.took_over = True

@@ -424,11 +424,13 @@ class _StopSteps:
 
     def __init__(self) -> None:
         self.current: str | None = None
+        self.began = 0.0
         self.slow: list[str] = []
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
-        self.current, began = name, time.monotonic()
+        self.began = began = time.monotonic()
+        self.current = name
         try:
             yield
         finally:
@@ -439,7 +441,10 @@ class _StopSteps:
                 log.info("stopping %s took %.1f s", name, took)
 
     def describe(self) -> str:
-        now = f"still stopping {self.current}" if self.current else "stopping"
+        current = self.current
+        now = (
+            f"still stopping {current}, for {time.monotonic() - self.began:.1f} s" if current else "stopping"
+        )
         return now + (f"; before that {', '.join(self.slow)}" if self.slow else "")
 
 

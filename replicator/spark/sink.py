@@ -305,12 +305,12 @@ class OrderedSink:
         settled, a range published again, the target's last copy found at a takeover)."""
         self._floor = max(self._floor, seq)
 
-    def show_handled(self) -> None:
-        """Set the stream_sequence gauge to the floor, where the floor is known to be handled
-        (a query starting, a takeover caught up): a batch with messages sets it otherwise, and a
-        restart with nothing new to read would show none."""
-        if self._floor > 0:
-            self.labels.of(metrics().sequence).set(self._floor)
+    def show_handled(self, seq: int) -> None:
+        """Set the stream_sequence gauge where a query starts, to `seq`, known handled with
+        everything before it (copies and advisories out): a batch with messages sets it
+        otherwise, and a restart with nothing new to read would show none."""
+        if seq > 0:
+            self.labels.of(metrics().sequence).set(seq)
 
     @property
     def landed(self) -> int:

@@ -200,6 +200,7 @@ def test_a_stop_past_its_deadline_says_which_step_it_was_in_and_what_was_slow(mo
     with steps.step("REG/dc1's query"):
         pass
     with steps.step("Spark"):
-        assert steps.describe().startswith("still stopping Spark; before that REG/dc1's query ")
+        assert steps.describe().startswith("still stopping Spark, for 0.")
+        assert "s; before that REG/dc1's query " in steps.describe()
     assert steps.describe().startswith("stopping; before that REG/dc1's query ")
     assert ", Spark " in steps.describe()
