@@ -119,7 +119,7 @@ class ReplicatorProcess:
                 )
             time.sleep(0.25)
 
-    def stop(self, timeout: float = 40) -> int | None:
+    def stop(self, timeout: float = 60) -> int | None:
         """SIGTERM, then SIGKILL of the whole group if it does not end in time."""
         if self.proc is None:
             return None

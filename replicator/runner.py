@@ -40,7 +40,9 @@ log = logging.getLogger(__name__)
 # again, once a second (a batch read by Spark's tasks starts its read planner as it runs).
 PLANNERS_RETRY_S = 30.0
 
-STOP_DEADLINE_S = 25.0
+# A clean stop's bound, inside the shipped unit's TimeoutStopSec (60 s): on a loaded machine
+# Spark's own stop of a running batch or a standalone cluster took over 25 s (seen in CI).
+STOP_DEADLINE_S = 45.0
 
 
 class Runner:

@@ -16,31 +16,6 @@ from nats_servers import NatsCluster, nats_cluster
 # Spark's Python workers must run this interpreter (the venv's), whatever PATH says.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-# Files whose tests take minutes (CI's --durations), longest first. `make test` hands whole files
-# to its workers in collection order: these go first, so that no worker starts one of them while
-# the others have run out of work (the scenarios, collected after the integration tests, did).
-LONG_FILES = (
-    "tests/integration/test_election.py",
-    "tests/integration/test_faults.py",
-    "tests/integration/test_dist.py",
-    "tests/scenarios/test_scale_rehearsal.py",
-    "tests/scenarios/test_chaos.py",
-    "tests/scenarios/test_partitions.py",
-    "tests/integration/test_sampling.py",
-    "tests/scenarios/test_smoke.py",
-    "tests/integration/test_lanes.py",
-    "tests/integration/test_lease_faults.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONG_FILES)}
-
-    def file_rank(item: pytest.Item) -> int:
-        return rank.get(item.path.relative_to(config.rootpath).as_posix(), len(rank))
-
-    items.sort(key=file_rank)  # stable: each file's own order, and the other files', kept
-
 
 @pytest.fixture
 def nats_server() -> Iterator[NatsCluster]:

@@ -119,7 +119,7 @@ def test_spark_submit_with_the_packed_environment_on_a_standalone_cluster(
             )
             # Stopped once its last batch is settled: a stop mid-batch is test_stop's; here, on a
             # loaded CI machine, finishing that batch plus the standalone cluster's own stop
-            # once passed the 25 s stop deadline.
+            # once passed the stop deadline.
             wait_handled(rep, source_server.url, "ORDERS")
             # A clean stop under spark-submit: SIGTERM to the Python driver (docs/operations.md);
             # it stops the query and Spark, and spark-submit then ends with its exit code, 0.
