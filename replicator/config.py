@@ -201,6 +201,9 @@ class StreamConfig(_Strict):
     # small_batches): `all`; `small` (up to 1,000 messages, a live stream's); `auto`: all while
     # Spark runs embedded (its tasks would run on this machine anyway), small on a cluster.
     driver_reads: Literal["auto", "small", "all"] = "auto"
+    # Copy-only entries: the driver copies what the query would read first while Spark's
+    # session starts (replicator.head_start). Opt-in for now: docs/configuration.md.
+    copy_ahead: bool = False
     lanes: int = Field(default=4, ge=1, le=1024)
 
     @field_validator("stream", "target_stream")

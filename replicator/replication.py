@@ -30,6 +30,7 @@ from replicator.entry_files import (
     stopping_path,
 )
 from replicator.gap_fill import GapFill
+from replicator.head_start import ahead_range
 from replicator.headers import CopyOwner
 from replicator.logs import stream_logger
 from replicator.metrics import metrics
@@ -54,7 +55,7 @@ from replicator.sampling.choria_state import (
 )
 from replicator.sampling.rules import Event, SamplingParams
 from replicator.source_reader import SourceReader
-from replicator.spark.checkpoint import CheckpointFiles, committed_end, open_checkpoint
+from replicator.spark.checkpoint import CheckpointFiles, committed_end, is_uri, open_checkpoint
 from replicator.spark.datasource import (
     choose_initial_offset,
     parse_initial_offset,
@@ -461,6 +462,59 @@ class StreamReplication:
         assert self.sink is not None
         self.sink.handled_up_to(r.last_seq)
         self.sink.account(r)
+
+    def can_copy_ahead(self) -> bool:
+        """Whether the entry copies ahead of its query while Spark starts (replicator.head_start):
+        a copy in source order with an in-flight record and a local checkpoint, without an
+        election (who leads is not known before the campaign)."""
+        return (
+            self.s.copy_ahead
+            and self.sink is not None
+            and self.sink.inflight is not None
+            and self.sampling_sink is None
+            and self.s.order != "subject"
+            and not self.s.leader_election_name
+            and not is_uri(checkpoint_location(self.cfg, self.s))
+        )
+
+    def ahead_of_query(self) -> tuple[int, int] | None:
+        """What to copy before the query starts, [first, end): from where the query will start
+        (its checkpoint's committed end, else the first offset it will keep, chosen now), above
+        the target's copies, to the source's end now. None: nothing, or no such start known.
+        What an earlier run left in flight is published first, as the query's start does."""
+        assert self.sink is not None, "prepare() first"
+        self.catch_up()
+        files = open_checkpoint(checkpoint_location(self.cfg, self.s), None)
+        start = committed_end(files)
+        if start is None:
+            if _has_commit(files):
+                return None  # an offset log not in the data source's form: the query decides
+            start = int(json.loads(self._initial_offset(files))["seq"])
+        return ahead_range(start, self.sink.floor, self._source_last_seq())
+
+    def copy_ahead(self, chunk: list[Any]) -> None:
+        """Publish a chunk read ahead of the query as a batch is (recorded in flight, its
+        publishing overlapping the next chunk's read)."""
+        assert self.sink is not None
+        self.sink.publish_rows(
+            pa.Table.from_batches([to_record_batch(self.s.stream, chunk)]), time.monotonic()
+        )
+
+    def settle_ahead(self) -> None:
+        """The copies ahead are over: wait for the last chunk's acks, and let a first query start
+        after them instead of reading them again (no batch has run from its first offset yet)."""
+        assert self.sink is not None
+        self.sink.wait_published(self.sink.settings.ack_timeout)
+        files = open_checkpoint(checkpoint_location(self.cfg, self.s), None)
+        if self.sink.floor and not any(name.isdigit() for name in files.names("offsets")):
+            kept = json.loads(self._initial_offset(files))
+            if self.sink.floor + 1 > kept["seq"]:
+                files.write_text(INITIAL_OFFSET_FILE, json.dumps({**kept, "seq": self.sink.floor + 1}))
+
+    @property
+    def source_direct(self) -> bool:
+        """Whether the source stream allows direct gets (known once prepared)."""
+        return self._source_direct
 
     def _initial_offset(self, files: CheckpointFiles) -> str:
         """The query's first offset (JSON), chosen once and kept in its checkpoint: Spark asks

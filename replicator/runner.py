@@ -18,6 +18,7 @@ from replicator.aio import LoopThread
 from replicator.backoff import Backoff
 from replicator.config import Config, StreamConfig
 from replicator.entry_files import entry_dir
+from replicator.head_start import HeadStart
 from replicator.heartbeat import Heartbeats
 from replicator.metrics import metrics
 from replicator.monitor import Readiness, StreamState, serve
@@ -122,24 +123,34 @@ class Runner:
                 self._abandon_jvm()
                 return 0
             self.readiness.set(r.label, StreamState.STARTING)
+        # The first copies go out while the session starts, not after it (replicator.head_start).
+        ahead = HeadStart(self.replications, self.stop_event.is_set)
+        ahead.start()
         log.info("starting Spark")
         try:
-            self.spark = build_session(**args.kwargs(), launched=self.jvm)
-        except JvmGone as e:
-            return self._exit_jvm_gone(e)
-        log.info("Spark started (master %s)", self.spark.sparkContext.master)
-        listen_to_batches(self.spark, self._on_batch)
-        if self.cfg.profiling and self.spark.sparkContext.uiWebUrl:
-            log.info("profiling: Spark's web UI at %s", self.spark.sparkContext.uiWebUrl)
-        # Spark's task workers start beside the first query's planning, not after it (when any
-        # entry's batches go through them: ~90 MB each otherwise idle).
-        master = str(self.spark.sparkContext.master)
-        if any(r.reads_through_spark(master) for r in self.replications):
-            warm_task_workers(self.spark, sampling=any(r.s.sampling for r in self.replications))
-        # PySpark installs its own SIGINT handler when the context starts; ours must win.
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self.request_stop)
-            signal.signal(signal.SIGTERM, self.request_stop)
+            try:
+                self.spark = build_session(**args.kwargs(), launched=self.jvm)
+            except JvmGone as e:
+                return self._exit_jvm_gone(e)
+            log.info("Spark started (master %s)", self.spark.sparkContext.master)
+            # PySpark installs its own SIGINT handler when the context starts; ours must win.
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, self.request_stop)
+                signal.signal(signal.SIGTERM, self.request_stop)
+            listen_to_batches(self.spark, self._on_batch)
+            if self.cfg.profiling and self.spark.sparkContext.uiWebUrl:
+                log.info("profiling: Spark's web UI at %s", self.spark.sparkContext.uiWebUrl)
+            # Spark's task workers start beside the first query's planning, not after it (when any
+            # entry's batches go through them: ~90 MB each otherwise idle).
+            master = str(self.spark.sparkContext.master)
+            if any(r.reads_through_spark(master) for r in self.replications):
+                warm_task_workers(self.spark, sampling=any(r.s.sampling for r in self.replications))
+        finally:
+            # Before any query starts: one thing at a time publishes an entry's copies.
+            ahead.stop(abandon=self.stop_event.is_set)
+        if self.stop_event.is_set():  # asked to stop while Spark started: no query to begin
+            self.shutdown()
+            return 0
         for r in self.replications:
             r.start_election()
             if r.election is None or r.hot_standby:
@@ -367,9 +378,14 @@ class Runner:
                 self._heartbeats_run.result(6)
 
     def _exit_jvm_gone(self, e: JvmGone) -> int:
+        self._stop_heartbeats()
+        if self.stop_event.is_set():
+            # A stop signal sent to the whole process group (systemd, Ctrl-C) reaches the JVM
+            # too, while its session starts: that is the stop asked for, not a failure.
+            log.info("stopped (Spark's JVM ended with the stop signal before its session started)")
+            return 0
         # As for a JVM that dies under a running session: exit 1, for the service to restart.
         log.error("%s; exiting (exit status 1) so that the service is restarted", e)
-        self._stop_heartbeats()
         return 1
 
     def _stop_preparing(self) -> bool:

@@ -342,6 +342,19 @@ class OrderedSink:
         collected = time.monotonic()
         if table.num_rows == 0 and not self.leading():
             return  # a standby's query (replaying a batch at start) reads nothing: nothing to do
+        result = self.publish_rows(table, started)
+        self.log.debug(
+            "batch %d: %d rows, collect %.3fs, then %.3fs",
+            batch_id,
+            result.received,
+            collected - started,
+            time.monotonic() - collected,
+        )
+
+    def publish_rows(self, table: pa.Table, started: float) -> BatchResult:
+        """Publish a batch's rows (or rows read ahead of the query: replicator.head_start) as
+        one batch: recorded in flight first where there is a record, and returning once their
+        publishing started; the previous batch must have been fully acknowledged first."""
         self.check_leader()
         if self.inflight is None:
             result = self.publish_table(table)
@@ -360,13 +373,7 @@ class OrderedSink:
                 self.handled_up_to(result.last_seq)
                 result.seconds = time.monotonic() - started
                 self.account(result)
-        self.log.debug(
-            "batch %d: %d rows, collect %.3fs, then %.3fs",
-            batch_id,
-            result.received,
-            collected - started,
-            time.monotonic() - collected,
-        )
+        return result
 
     async def _publish_and_settle(self, todo: pa.Table, r: BatchResult, started: float) -> None:
         outcome = await self._publish(todo)

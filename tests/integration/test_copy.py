@@ -63,6 +63,7 @@ def test_full_copy_with_subject_rewrite_and_headers(
                 "target_subject_prefix": "FLEET_NODES",
                 "target_subject_remove": "NODE_DATA",
                 "driver_reads": driver_reads,
+                "copy_ahead": False,  # the query's batches copy the backlog: their steps are checked
             }
         ],
     )
@@ -192,7 +193,9 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "EVENTS", ["events.>"]))
     run(publish(src, [(f"events.{i % 5}", registration(i), None) for i in range(2000)]))
-    stream = {"stream": "EVENTS", "source_url": src, "target_url": dst, "driver_reads": driver_reads}
+    # The query's batches copy the backlog (not the driver ahead of it): their planners are checked.
+    stream = {"stream": "EVENTS", "source_url": src, "target_url": dst, "driver_reads": driver_reads,
+              "copy_ahead": False}  # fmt: skip
     rep = start_replicator(write_config(tmp_path / "sr.yaml", "dc1", [stream]))
 
     def planners() -> list[str]:
