@@ -378,14 +378,9 @@ class Runner:
                 self._heartbeats_run.result(6)
 
     def _exit_jvm_gone(self, e: JvmGone) -> int:
-        self._stop_heartbeats()
-        if self.stop_event.is_set():
-            # A stop signal sent to the whole process group (systemd, Ctrl-C) reaches the JVM
-            # too, while its session starts: that is the stop asked for, not a failure.
-            log.info("stopped (Spark's JVM ended with the stop signal before its session started)")
-            return 0
         # As for a JVM that dies under a running session: exit 1, for the service to restart.
         log.error("%s; exiting (exit status 1) so that the service is restarted", e)
+        self._stop_heartbeats()
         return 1
 
     def _stop_preparing(self) -> bool:
