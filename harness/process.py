@@ -89,7 +89,7 @@ class ReplicatorProcess:
     def output(self, tail: int = 6000) -> str:
         return self.log_path.read_text(errors="replace")[-tail:] if self.log_path.exists() else ""
 
-    def start(self, wait: bool = True, timeout: float = 240) -> ReplicatorProcess:
+    def start(self, wait: bool = True, timeout: float = 300) -> ReplicatorProcess:
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 [*self.command, "--config", str(self.config), *self.args],
@@ -103,7 +103,7 @@ class ReplicatorProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_ready(self, timeout: float = 240) -> None:
+    def wait_ready(self, timeout: float = 300) -> None:
         """Until every configured stream replicates (/readyz answers 200)."""
         deadline = time.monotonic() + timeout
         while True:

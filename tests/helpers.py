@@ -25,6 +25,11 @@ from harness.streams import copied_sequences
 from replicator.nats import wire
 from replicator.nats.connect import open_connection
 
+# How long a test waits for a step that includes a replicator's start, a takeover or a batch:
+# a bound for a hang, never a promise (those are checked with their own figures). On a loaded
+# 2-core CI machine Spark alone once took 92 s to start.
+SLOW_S = 300.0
+
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
@@ -139,7 +144,7 @@ def handled_sequence(proc: Replicator, stream: str) -> int:
     )
 
 
-def wait_handled(proc: Replicator, url: str, stream: str, timeout: float = 120) -> None:
+def wait_handled(proc: Replicator, url: str, stream: str, timeout: float = SLOW_S) -> None:
     """Until the replicator has handled every message now in the source `stream`: nothing it
     copies or advises because of them can arrive later (a condition, not "wait N seconds")."""
     last = run(stream_last_sequence(url, stream))

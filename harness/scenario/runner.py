@@ -350,7 +350,7 @@ def observe(
     return observed
 
 
-def warm_up(hops: list[HopRef], timeout: float = 240) -> None:
+def warm_up(hops: list[HopRef], timeout: float = 300) -> None:
     """Wait until every sampled stream has run its first micro-batch (a sampled source runs one
     each second even without data): the first one of a stateful query takes tens of seconds
     (Python workers, code generation, state store), which would otherwise fall inside the run

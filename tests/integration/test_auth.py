@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from auth_material import OperatorMode, TLSFiles, new_nkey, operator_mode, tls_files
-from helpers import cli, registration, run, start_replicator, wait_for, write_config
+from helpers import SLOW_S, cli, registration, run, start_replicator, wait_for, write_config
 from nats_servers import NatsCluster, nats_cluster
 
 from harness.streams import copy_differences
@@ -142,7 +142,7 @@ def test_a_copy_over_tls_and_credentials_shows_no_secret(secured: Secured, tmp_p
     assert validated.returncode == 0, validated.stderr
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count_tls(dst, {"ca": str(t.ca)}, "SECURE")) >= 2000, 180, "the copy", rep)
+        wait_for(lambda: run(count_tls(dst, {"ca": str(t.ca)}, "SECURE")) >= 2000, SLOW_S, "the copy", rep)
         port = yaml.safe_load(cfg.read_text())["monitor_port"]
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     finally:
@@ -161,7 +161,7 @@ def test_a_copy_over_tls_and_credentials_shows_no_secret(secured: Secured, tmp_p
         tmp_path / "wrong.yaml", "dc1", [{**stream, "target_url": dst.replace(PASSWORD, "nope")}]
     )
     bad = start_replicator(wrong)
-    wait_for(lambda: not bad.alive(), 120, "the replicator to give up")
+    wait_for(lambda: not bad.alive(), SLOW_S, "the replicator to give up")
     out = bad.output()
     assert bad.proc is not None and bad.proc.returncode == 2, out
     assert "Authorization Violation" in out and "check the user and password" in out

@@ -8,6 +8,7 @@ from pathlib import Path
 import nats
 import pytest
 from helpers import (
+    SLOW_S,
     create_stream,
     publish,
     registration,
@@ -69,7 +70,7 @@ def test_full_copy_with_subject_rewrite_and_headers(
     )
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "FLEET_NODES")) >= len(items), 180, "all messages copied", rep)
+        wait_for(lambda: run(count(dst, "FLEET_NODES")) >= len(items), SLOW_S, "all messages copied", rep)
         labels = 'replicator="dc1",stream="NODE_DATA",worker="nodes"'
         wait_for(lambda: f"stream_lag_messages{{{labels}}} 0.0" in _scrape(port), 30, "lag 0 in metrics", rep)
         text = _scrape(port)
@@ -141,7 +142,7 @@ def test_a_source_stream_that_sources_others_is_copied_whole(
     )
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "AGG")) >= len(items), 120, "every sourced message copied", rep)
+        wait_for(lambda: run(count(dst, "AGG")) >= len(items), SLOW_S, "every sourced message copied", rep)
     finally:
         assert rep.stop() == 0, rep.output()
     got = run(read_all(dst, "AGG"))
@@ -202,7 +203,7 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
         return [c for c in tree_commands(rep.proc.pid) if "pyspark.sql.worker." in c]
 
     try:
-        wait_for(lambda: run(count(dst, "EVENTS")) >= 2000, 180, "the backlog copied", rep)
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 2000, SLOW_S, "the backlog copied", rep)
         wait_for(lambda: not planners(), 30, "planner processes gone", rep)
         if driver_reads == "auto":
             _assert_a_light_copy_process(rep.proc.pid)

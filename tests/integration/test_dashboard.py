@@ -10,7 +10,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import create_stream, publish, run, start_replicator, wait_for, wait_handled, write_config
+from helpers import (
+    SLOW_S,
+    create_stream,
+    publish,
+    run,
+    start_replicator,
+    wait_for,
+    wait_handled,
+    write_config,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.streams import count_messages as count
@@ -67,7 +76,7 @@ def test_every_metric_the_dashboard_queries_is_exported(source_server, nats_serv
     }
     rep = start_replicator(write_config(tmp_path / "sr.yaml", "dc1", [stream]))
     try:
-        rep.wait_ready(120)
+        rep.wait_ready(SLOW_S)
         run(publish(src, [(f"reg.{i}", b"x" * 200, {"X-Node": f"n{i}"}) for i in range(20)]))
         wait_for(lambda: run(count(src, "ADV")) >= 20, 60, "20 new advisories", rep)
         wait_for(lambda: run(count(dst, "REG")) >= 20, 60, "20 copies", rep)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import copied_source_sequences, orders_backlog, run, wait_for, wait_handled
+from helpers import SLOW_S, copied_source_sequences, orders_backlog, run, wait_for, wait_handled
 
 from harness.dist import SUBMIT_FILE, Artifacts, build
 from harness.process import ReplicatorProcess, process_tree
@@ -77,9 +77,9 @@ def test_the_wheel_in_a_new_venv_validates_and_copies(
     started = time.monotonic()
     rep.start(wait=False)
     try:
-        wait_for(lambda: run(count(nats_server.url, "ORDERS")) >= 1, 180, "the first copy", rep)
+        wait_for(lambda: run(count(nats_server.url, "ORDERS")) >= 1, SLOW_S, "the first copy", rep)
         first = time.monotonic() - started
-        wait_for(lambda: run(count(nats_server.url, "ORDERS")) >= n, 180, "the copy", rep)
+        wait_for(lambda: run(count(nats_server.url, "ORDERS")) >= n, SLOW_S, "the copy", rep)
         print(
             f"wheel: pip install {artifacts.seconds['install']:.0f} s, first copy {first:.1f} s after start"
         )
@@ -115,7 +115,7 @@ def test_spark_submit_with_the_packed_environment_on_a_standalone_cluster(
         rep.start(wait=False)
         try:
             wait_for(
-                lambda: run(count(nats_server.url, "ORDERS")) >= n, 240, "the copy via spark-submit", rep
+                lambda: run(count(nats_server.url, "ORDERS")) >= n, SLOW_S, "the copy via spark-submit", rep
             )
             # Stopped once its last batch is settled: a stop mid-batch is test_stop's; here, on a
             # loaded CI machine, finishing that batch plus the standalone cluster's own stop

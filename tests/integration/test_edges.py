@@ -12,6 +12,7 @@ from pathlib import Path
 import nats
 import pytest
 from helpers import (
+    SLOW_S,
     Replicator,
     cli,
     create_stream,
@@ -68,7 +69,7 @@ def test_start_positions_filter_and_max_age(source_server, nats_server, tmp_path
     time.sleep(max(0.0, stale_at + 10.5 - time.monotonic()))
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "T_SEQ")) >= 10, 180, "SEQ copied", rep)
+        wait_for(lambda: run(count(dst, "T_SEQ")) >= 10, SLOW_S, "SEQ copied", rep)
         wait_for(lambda: run(count(dst, "T_FILT")) >= 50, 60, "FILT copied", rep)
         wait_for(lambda: run(count(dst, "T_TIME")) >= 10, 60, "TIME copied", rep)
         # Only after start: END copies what arrives now; AGE copies fresh messages.
@@ -108,7 +109,7 @@ def test_target_created_from_source_config(source_server, nats_server, tmp_path:
     )
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "CENTRAL")) >= 1, 180, "copy", rep)
+        wait_for(lambda: run(count(dst, "CENTRAL")) >= 1, SLOW_S, "copy", rep)
     finally:
         assert rep.stop() == 0
 
@@ -151,7 +152,7 @@ def test_source_created_late_and_no_target_create(source_server, nats_server, tm
         assert rep.proc.poll() is None, "must wait, not crash"
         run(create_stream(src, "LATE", ["late.>"]))
         run(publish(src, [("late.x", b"hello", None) for _ in range(3)]))
-        wait_for(lambda: run(count(dst, "PRE")) >= 3, 180, "copy after the source appeared", rep)
+        wait_for(lambda: run(count(dst, "PRE")) >= 3, SLOW_S, "copy after the source appeared", rep)
     finally:
         assert rep.stop() == 0, rep.output()
     assert {m.subject for m in run(read_all(dst, "PRE"))} == {"pre.late.x"}
@@ -255,7 +256,7 @@ def test_a_stream_without_direct_gets_is_copied_exactly_with_every_header_value(
     want = [(s, it) for s, it in zip(seqs, items, strict=True) if ".keep." in it[0]]
     rep = start_replicator(cfg, wait=True)
     try:
-        wait_for(lambda: run(count(dst, "ND")) >= len(want), 180, "the filtered copy", rep)
+        wait_for(lambda: run(count(dst, "ND")) >= len(want), SLOW_S, "the filtered copy", rep)
         # And what arrives later, while the query runs, too.
         late = run(publish_raw(src, [("nd.keep.late", b"late", [("X-Tag", "z"), ("X-Tag", "y")])]))
         wait_for(lambda: run(count(dst, "ND")) >= len(want) + 1, 60, "the late message", rep)
@@ -297,8 +298,8 @@ def test_source_publish_conditions_are_not_copied_and_a_wrong_target_stream_stor
     )  # fmt: skip
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "COPY")) >= 20, 180, "the copy", rep)
-        wait_for(lambda: "which target stream WANTED does not hold (its subjects: wanted.>)" in rep.output(), 120,
+        wait_for(lambda: run(count(dst, "COPY")) >= 20, SLOW_S, "the copy", rep)
+        wait_for(lambda: "which target stream WANTED does not hold (its subjects: wanted.>)" in rep.output(), SLOW_S,
                  "the refusal logged", rep)  # fmt: skip
     finally:
         assert rep.stop() == 0, rep.output()
@@ -329,7 +330,7 @@ def _waiting_for_its_source(src: str, dst: str, tmp_path: Path) -> tuple[Replica
     rep = start_replicator(cfg)
     try:
         wait_for(lambda: "does not exist" in rep.output(), 60, "a waiting log line", rep)
-        wait_for(lambda: "launched Spark's JVM (pid " in rep.output(), 120, "the JVM launched", rep)
+        wait_for(lambda: "launched Spark's JVM (pid " in rep.output(), SLOW_S, "the JVM launched", rep)
     except BaseException:
         rep.stop()
         raise

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nats
 import pytest
-from helpers import cli, create_stream, run, start_replicator, wait_for, write_config
+from helpers import SLOW_S, cli, create_stream, run, start_replicator, wait_for, write_config
 from nats.js.api import KeyValueConfig
 
 from harness.faultproxy import FaultProxy
@@ -87,17 +87,17 @@ def test_one_leader_copies_and_a_standby_takes_over_after_each_kill_9(
             a = procs[0]
             # No bucket yet: one line that says how to create it, and it keeps trying.
             wait_for(
-                lambda: f"the KV bucket {BUCKET} does not exist" in a.output(), 120, "the bucket error", a
+                lambda: f"the KV bucket {BUCKET} does not exist" in a.output(), SLOW_S, "the bucket error", a
             )
             assert copies() == 0
             run(create_bucket(src, TTL_S))
-            wait_for(lambda: copies() >= 500, 120, "the leader's copies", a)
+            wait_for(lambda: copies() >= 500, SLOW_S, "the leader's copies", a)
             assert "became the leader" in a.output()
 
             b = start_replicator(configs["b"])
             procs.append(b)
-            wait_for(lambda: "campaigning for SR_dc1_REG" in b.output(), 120, "b campaigning", b)
-            b.wait_ready(120)  # its idle query running
+            wait_for(lambda: "campaigning for SR_dc1_REG" in b.output(), SLOW_S, "b campaigning", b)
+            b.wait_ready(SLOW_S)  # its idle query running
             time.sleep(3)
             assert "became the leader" not in b.output()  # one leader at a time
             shown = cli("admin", "election", "--config", str(configs["b"]))
@@ -109,8 +109,8 @@ def test_one_leader_copies_and_a_standby_takes_over_after_each_kill_9(
             # The killed one comes back as the standby; then the new leader is killed too.
             a = start_replicator(configs["a"])
             procs.append(a)
-            wait_for(lambda: "campaigning for SR_dc1_REG" in a.output(), 120, "a campaigning again", a)
-            a.wait_ready(120)
+            wait_for(lambda: "campaigning for SR_dc1_REG" in a.output(), SLOW_S, "a campaigning again", a)
+            a.wait_ready(SLOW_S)
             time.sleep(3)
             times.append(failover(b, a))
             print(
@@ -118,7 +118,7 @@ def test_one_leader_copies_and_a_standby_takes_over_after_each_kill_9(
                 + ", ".join(f"{t:.1f} s" for t in times)
             )
             time.sleep(2)
-        wait_for(lambda: copies() == run(count(src, "REG")), 120, "the copy to catch up", a)
+        wait_for(lambda: copies() == run(count(src, "REG")), SLOW_S, "the copy to catch up", a)
         assert run(copy_differences(src, "REG", dst, "REG")) == []  # no gap, nothing twice, in order
         assert a.stop() == 0, a.output()
         assert "Traceback" not in a.output(10**9)
@@ -169,11 +169,11 @@ def test_ours_and_the_go_original_share_one_election_and_ours_continues_after_th
     ours = None
     try:
         with LivePublisher(src, rate=200):
-            wait_for(lambda: copies() >= 500, 120, "the Go leader's copies")
+            wait_for(lambda: copies() >= 500, SLOW_S, "the Go leader's copies")
             assert run(leader_of(src, "SR_dc1_REG")) == "go-1"
             ours = start_replicator(py_cfg)
-            wait_for(lambda: "campaigning for SR_dc1_REG" in ours.output(), 120, "ours campaigning", ours)
-            ours.wait_ready(120)
+            wait_for(lambda: "campaigning for SR_dc1_REG" in ours.output(), SLOW_S, "ours campaigning", ours)
+            ours.wait_ready(SLOW_S)
             time.sleep(3)
             assert "became the leader" not in ours.output()  # the Go instance still leads
             assert run(leader_of(src, "SR_dc1_REG")) == "go-1"
@@ -185,7 +185,7 @@ def test_ours_and_the_go_original_share_one_election_and_ours_continues_after_th
             print(f"\nGo leader killed: ours copied {time.monotonic() - died:.1f} s later")
             assert run(leader_of(src, "SR_dc1_REG")) == "py-1"
             time.sleep(2)
-        wait_for(lambda: copies() == run(count(src, "REG")), 120, "the copy to catch up", ours)
+        wait_for(lambda: copies() == run(count(src, "REG")), SLOW_S, "the copy to catch up", ours)
         # Every source message once, in order: what the Go instance copied, then ours after it.
         assert run(copy_differences(src, "REG", dst, "REG")) == [], go_log.read_text()[-3000:]
         assert ours.stop() == 0, ours.output()
@@ -231,17 +231,17 @@ def test_a_sampled_stream_across_a_kill_9_of_its_leader(
         )
     try:
         procs["a"] = a = start_replicator(tmp_path / "a" / "sr.yaml")
-        wait_for(lambda: "became the leader" in a.output(), 120, "a leading", a)
-        a.wait_ready(120)
+        wait_for(lambda: "became the leader" in a.output(), SLOW_S, "a leading", a)
+        a.wait_ready(SLOW_S)
         procs["b"] = b = start_replicator(tmp_path / "b" / "sr.yaml")
-        b.wait_ready(120)
+        b.wait_ready(SLOW_S)
         fleet = subprocess.Popen(
             [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(scenario), "--url", src],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         # Killed once it has copied and advised the fleet's first registrations, mid-run.
         wait_for(
-            lambda: run(count(dst, "REG")) >= 150 and run(count(src, "ADV")) >= 150, 120, "a's copies", a
+            lambda: run(count(dst, "REG")) >= 150 and run(count(src, "ADV")) >= 150, SLOW_S, "a's copies", a
         )
         a.kill9()
         died, before = time.monotonic(), run(count(dst, "REG"))
@@ -250,7 +250,7 @@ def test_a_sampled_stream_across_a_kill_9_of_its_leader(
         # 150 only after the fleet's last message, and what a left then may hold no copy that
         # is due (seen in CI). What b did is checked exactly below either way.
         wait_for(
-            lambda: run(count(dst, "REG")) > before or fleet.poll() is not None, 120, "b's first copy", b
+            lambda: run(count(dst, "REG")) > before or fleet.poll() is not None, SLOW_S, "b's first copy", b
         )
         if run(count(dst, "REG")) > before:
             print(f"\nsampled failover: b's first copy {time.monotonic() - died:.1f} s after the kill")
@@ -259,7 +259,7 @@ def test_a_sampled_stream_across_a_kill_9_of_its_leader(
             want_copied, want_advs = settle_expected(src, dst, b)
         else:
             want_copied, want_advs = expected(src, "REG", by_sender_field, params())
-            wait_for(lambda: scrape(b.metrics_url)["lag"] == 0, 120, "b caught up", b)
+            wait_for(lambda: scrape(b.metrics_url)["lag"] == 0, SLOW_S, "b caught up", b)
             time.sleep(WARN_MS / 1000 + INSPECT_MS / 1000 + 2)  # its own timeouts and expiries
         assert b.stop() == 0, b.output()
     finally:
@@ -338,12 +338,16 @@ def test_partitions_of_one_stream_are_elected_apart_and_move_together_when_their
         with LivePublisher(src, rate=200, subject=lambda i: f"reg.{'ab'[i % 2]}.{i % 97}"):
             x = start_replicator(tmp_path / "x" / "sr.yaml")
             procs.append(x)
-            wait_for(lambda: x.output().count("became the leader") == 2, 120, "x leading both partitions", x)
-            wait_for(lambda: copies() >= 500, 120, "x's copies", x)
+            wait_for(
+                lambda: x.output().count("became the leader") == 2, SLOW_S, "x leading both partitions", x
+            )
+            wait_for(lambda: copies() >= 500, SLOW_S, "x's copies", x)
             y = start_replicator(tmp_path / "y" / "sr.yaml")
             procs.append(y)
-            wait_for(lambda: y.output().count("campaigning for SR_") == 2, 120, "y campaigning for both", y)
-            y.wait_ready(120)
+            wait_for(
+                lambda: y.output().count("campaigning for SR_") == 2, SLOW_S, "y campaigning for both", y
+            )
+            y.wait_ready(SLOW_S)
             time.sleep(3)
             assert "became the leader" not in y.output()
             shown = cli("admin", "election", "--config", str(tmp_path / "y" / "sr.yaml")).stdout
@@ -368,7 +372,7 @@ def test_partitions_of_one_stream_are_elected_apart_and_move_together_when_their
             shown = cli("admin", "election", "--config", str(tmp_path / "y" / "sr.yaml")).stdout
             assert shown.count("led by host-y (this config's candidate)") == 2, shown
             time.sleep(2)
-        wait_for(lambda: copies() == run(count(src, "REG")), 120, "both partitions to catch up", y)
+        wait_for(lambda: copies() == run(count(src, "REG")), SLOW_S, "both partitions to catch up", y)
         for p in "ab":
             want, got_seqs = partition_copies(src, dst, p)
             assert got_seqs == want, f"partition {p}: the copy differs from the source"  # exact, in order
@@ -399,14 +403,14 @@ def test_a_leader_cut_off_from_the_source_cluster_stops_before_the_standby_start
         try:
             a = start_replicator(cfg_a)
             procs.append(a)
-            wait_for(lambda: "has a TTL of none" in a.output(), 120, "the no-TTL refusal", a)
+            wait_for(lambda: "has a TTL of none" in a.output(), SLOW_S, "the no-TTL refusal", a)
             run(delete_bucket(src))
             run(create_bucket(src, TTL_S))
-            wait_for(lambda: run(count(dst, "REG")) >= 500, 120, "a's copies", a)
+            wait_for(lambda: run(count(dst, "REG")) >= 500, SLOW_S, "a's copies", a)
             b = start_replicator(cfg_b)
             procs.append(b)
-            wait_for(lambda: "campaigning for SR_dc1_REG" in b.output(), 120, "b campaigning", b)
-            b.wait_ready(120)
+            wait_for(lambda: "campaigning for SR_dc1_REG" in b.output(), SLOW_S, "b campaigning", b)
+            b.wait_ready(SLOW_S)
             time.sleep(2)
             link.half_open()
             wait_for(lambda: "became the leader" in b.output(), 60, "b leading", b)
@@ -420,7 +424,7 @@ def test_a_leader_cut_off_from_the_source_cluster_stops_before_the_standby_start
                 p.kill9()
             raise
     try:
-        wait_for(lambda: run(count(dst, "REG")) == run(count(src, "REG")), 120, "the copy to catch up", b)
+        wait_for(lambda: run(count(dst, "REG")) == run(count(src, "REG")), SLOW_S, "the copy to catch up", b)
         assert run(copy_differences(src, "REG", dst, "REG")) == []  # nothing twice: never two publishers
         assert a.stop() == 0 and b.stop() == 0
     finally:

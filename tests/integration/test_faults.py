@@ -19,7 +19,16 @@ from pathlib import Path
 
 import nats
 import pytest
-from helpers import create_stream, publish, registration, run, start_replicator, wait_for, write_config
+from helpers import (
+    SLOW_S,
+    create_stream,
+    publish,
+    registration,
+    run,
+    start_replicator,
+    wait_for,
+    write_config,
+)
 from nats.js.api import StreamConfig
 
 from harness.faultproxy import FaultProxy
@@ -105,7 +114,7 @@ def _recovery(what: str, copies: Callable[[], int], rep: object, timeout: float 
 
 
 def _finish_and_check(src: str, dst: str, rep: object) -> None:
-    wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), 120, "the copy to catch up", rep)  # type: ignore[arg-type]
+    wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), SLOW_S, "the copy to catch up", rep)  # type: ignore[arg-type]
     assert run(copy_differences(src, "REG", dst, "REG")) == []
 
 
@@ -142,7 +151,7 @@ def test_target_unreachable_for_60s_half_open_restarted_and_slow(
                 def copies() -> int:
                     return int(run(count(target.url, "REG")))
 
-                wait_for(lambda: copies() >= 1000, 120, "the first copies", rep)
+                wait_for(lambda: copies() >= 1000, SLOW_S, "the first copies", rep)
                 link.cut()  # the target unreachable for 60 s
                 time.sleep(60)
                 link.restore()
@@ -198,7 +207,7 @@ def test_an_r3_target_cut_half_open_losing_its_streams_leader_and_slow(
                 def copies() -> int:
                     return int(run(count(target_trio.url, "REG")))
 
-                wait_for(lambda: copies() >= 1000, 120, "the first copies", rep)
+                wait_for(lambda: copies() >= 1000, SLOW_S, "the first copies", rep)
                 for link in links:  # the target cluster unreachable for 20 s
                     link.cut()
                 time.sleep(20)
@@ -253,7 +262,7 @@ def test_source_links_cut_and_the_streams_leader_lost(
                 def copies() -> int:
                     return int(run(count(target.url, "REG")))
 
-                wait_for(lambda: copies() >= 1000, 120, "the first copies", rep)
+                wait_for(lambda: copies() >= 1000, SLOW_S, "the first copies", rep)
                 for link in links:
                     link.cut()
                 time.sleep(5)
@@ -314,7 +323,7 @@ def test_a_sampled_stream_through_cuts_a_half_open_link_and_restarts_copies_and_
             cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(*urls)])
             rep = start_replicator(cfg)
             try:
-                rep.wait_ready(120)
+                rep.wait_ready(SLOW_S)
                 fleet = subprocess.Popen(
                     [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(scenario), "--url", src],
                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -382,7 +391,7 @@ def test_a_backlog_read_while_the_source_streams_leader_is_killed_and_back_10s_l
         ])  # fmt: skip
         rep = start_replicator(cfg)
         try:
-            wait_for(lambda: run(count(target.url, "REG")) >= 4000, 180, "the first copies", rep)
+            wait_for(lambda: run(count(target.url, "REG")) >= 4000, SLOW_S, "the first copies", rep)
             leader = run(_stream_leader(source_trio.url))
             server = next(s for s in source_trio.servers if s.name == leader)
             server.kill9()
@@ -390,7 +399,7 @@ def test_a_backlog_read_while_the_source_streams_leader_is_killed_and_back_10s_l
             server.start()
             for link in links:
                 link.bandwidth = 0  # the rest at full speed
-            wait_for(lambda: run(count(target.url, "REG")) >= 40_000, 240, "the whole copy", rep)
+            wait_for(lambda: run(count(target.url, "REG")) >= 40_000, SLOW_S, "the whole copy", rep)
             time.sleep(2)
             assert run(copy_differences(source_trio.url, "REG", target.url, "REG")) == []
         finally:

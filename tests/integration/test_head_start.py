@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import (
+    SLOW_S,
     copied_source_sequences,
     create_stream,
     publish,
@@ -63,9 +64,9 @@ def test_a_backlog_is_copied_ahead_of_spark_and_the_query_goes_on_after_it(
     rep = start_replicator(cfg)
     try:
         # Copies arrive before Spark's session is up: the driver made them.
-        wait_for(lambda: run(count(dst, "ORDERS")) > 0, 120, "a first copy", rep)
+        wait_for(lambda: run(count(dst, "ORDERS")) > 0, SLOW_S, "a first copy", rep)
         assert "Spark started" not in rep.output(), rep.output()
-        rep.wait_ready(180)
+        rep.wait_ready(SLOW_S)
         run(publish(src, [(f"orders.{i % 13}", registration(i, 500), None) for i in range(20_000, 21_000)]))
         wait_handled(rep, src, "ORDERS")
         wait_for(lambda: run(count(dst, "ONE")) == len(_one(21_000)), 60, "the filtered entry's copies", rep)
@@ -80,7 +81,7 @@ def test_a_backlog_is_copied_ahead_of_spark_and_the_query_goes_on_after_it(
     run(publish(src, [(f"orders.{i % 13}", registration(i, 500), None) for i in range(21_000, 24_000)]))
     rep = start_replicator(cfg)
     try:
-        rep.wait_ready(180)
+        rep.wait_ready(SLOW_S)
         wait_handled(rep, src, "ORDERS")
         wait_for(lambda: run(count(dst, "ONE")) == len(_one(24_000)), 60, "the filtered entry's copies", rep)
     finally:
@@ -105,7 +106,7 @@ def test_a_kill_9_while_copying_ahead_then_a_restart_gives_an_exact_copy(
         cfg = _backlog(src, dst, tmp_path, 60_000, replicas=servers)
         rep = start_replicator(cfg)
         # Killed among the copies ahead, with some acknowledged and others in flight.
-        wait_for(lambda: run(count(dst, "ORDERS")) >= 1_000, 120, "copies ahead under way", rep)
+        wait_for(lambda: run(count(dst, "ORDERS")) >= 1_000, SLOW_S, "copies ahead under way", rep)
         rep.kill9()
         partial = run(count(dst, "ORDERS"))
         out = rep.output(10**9)
@@ -113,8 +114,8 @@ def test_a_kill_9_while_copying_ahead_then_a_restart_gives_an_exact_copy(
         assert partial < 60_000
         rep = start_replicator(cfg)
         try:
-            wait_for(lambda: run(count(dst, "ORDERS")) >= 60_000, 240, "the rest after the restart", rep)
-            rep.wait_ready(180)
+            wait_for(lambda: run(count(dst, "ORDERS")) >= 60_000, SLOW_S, "the rest after the restart", rep)
+            rep.wait_ready(SLOW_S)
             wait_handled(rep, src, "ORDERS")
         finally:
             assert rep.stop() == 0, rep.output()
@@ -127,7 +128,7 @@ def test_a_stop_while_copying_ahead_is_clean_and_the_next_start_goes_on(
     src, dst = source_server.url, nats_server.url
     cfg = _backlog(src, dst, tmp_path, 60_000)
     rep = start_replicator(cfg)
-    wait_for(lambda: run(count(dst, "ORDERS")) >= 1_000, 120, "copies ahead under way", rep)
+    wait_for(lambda: run(count(dst, "ORDERS")) >= 1_000, SLOW_S, "copies ahead under way", rep)
     assert rep.proc is not None
     os.killpg(rep.proc.pid, signal.SIGTERM)  # the whole group, as systemd does: the JVM too
     assert rep.proc.wait(60) == 0, rep.output()
@@ -135,7 +136,7 @@ def test_a_stop_while_copying_ahead_is_clean_and_the_next_start_goes_on(
     assert "Traceback" not in out and " ERROR " not in out, out
     rep = start_replicator(cfg)
     try:
-        rep.wait_ready(180)
+        rep.wait_ready(SLOW_S)
         wait_handled(rep, src, "ORDERS")
     finally:
         assert rep.stop() == 0, rep.output()

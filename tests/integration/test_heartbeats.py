@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nats
 import pytest
-from helpers import run, start_replicator, wait_for, write_config
+from helpers import SLOW_S, run, start_replicator, wait_for, write_config
 
 from harness.localnats import NatsCluster
 
@@ -55,7 +55,10 @@ def test_heartbeats_reach_the_target_through_the_copy_with_chorias_headers(
     rep = start_replicator(cfg)
     try:
         wait_for(
-            lambda: run(last_heartbeat(dst, "reg._slow")) is not None, 120, "a heartbeat in the target", rep
+            lambda: run(last_heartbeat(dst, "reg._slow")) is not None,
+            SLOW_S,
+            "a heartbeat in the target",
+            rep,
         )
         time.sleep(4)
         fast = run(last_heartbeat(dst, "reg._monitor"))

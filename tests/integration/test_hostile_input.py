@@ -15,7 +15,7 @@ from typing import Any
 
 import nats
 import pytest
-from helpers import create_stream, publish_raw, run, start_replicator, wait_for, write_config
+from helpers import SLOW_S, create_stream, publish_raw, run, start_replicator, wait_for, write_config
 
 from harness.localnats import NatsCluster
 from harness.servers import nats_cluster
@@ -116,7 +116,7 @@ def test_hostile_messages_are_copied_byte_for_byte_or_stopped_before_with_one_li
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [stream_raw, stream_reg])
     rep = start_replicator(cfg)
     try:
-        rep.wait_ready(120)
+        rep.wait_ready(SLOW_S)
         reg_items = [
             ("reg.big", json.dumps({"sender": "big", "pad": "x" * (10 * MB)}).encode(), []),
             ("reg.bin", b"\x00\xff\xfe not json at all", []),
@@ -138,17 +138,17 @@ def test_hostile_messages_are_copied_byte_for_byte_or_stopped_before_with_one_li
 
         p = SamplingParams(inspect_ms=3_600_000, warn_ms=1_800_000, size_trigger=300, stream="REG")
         want_reg, _ = expected(src, "REG", sender, p)
-        wait_for(lambda: run(count(dst, "REG")) >= len(want_reg), 120, "the sampled copies", rep)
+        wait_for(lambda: run(count(dst, "REG")) >= len(want_reg), SLOW_S, "the sampled copies", rep)
         wait_for(lambda: run(count(src, "ADV")) >= 3, 60, "the advisories", rep)
         # The copy at max_payload cannot fit under the target's same limit once the replicator's
         # headers are added: it is stopped before, with one line that names the fix.
-        wait_for(lambda: "max_payload" in rep.output(), 120, "the refusal", rep)
+        wait_for(lambda: "max_payload" in rep.output(), SLOW_S, "the refusal", rep)
         assert run(count(dst, "RAW")) == 2  # the two before it, nothing after it
         refusal = [ln for ln in rep.output(10**7).splitlines() if "max_payload" in ln]
         assert refusal and "raise" in refusal[0], refusal
 
         restart_with_max_payload(big_target, 16)  # the operator raises the target's limit
-        wait_for(lambda: run(count(dst, "RAW")) >= len(raw_items), 120, "the rest after the fix", rep)
+        wait_for(lambda: run(count(dst, "RAW")) >= len(raw_items), SLOW_S, "the rest after the fix", rep)
         time.sleep(2)
     finally:
         assert rep.stop() == 0, rep.output()

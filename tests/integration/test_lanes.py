@@ -11,6 +11,7 @@ from pathlib import Path
 import nats
 import pytest
 from helpers import (
+    SLOW_S,
     create_stream,
     publish,
     registration,
@@ -64,12 +65,12 @@ def test_lanes_copy_every_message_once_in_subject_order_across_a_kill_9(
     run(publish(src, [(f"orders.{i % SUBJECTS}", registration(i), None) for i in range(30_000)]))
     cfg = _lanes_config(src, dst, tmp_path, lanes=4)
     rep = start_replicator(cfg)
-    wait_for(lambda: run(count(dst, "ORDERS")) >= 8_000, 180, "lanes copying", rep)
+    wait_for(lambda: run(count(dst, "ORDERS")) >= 8_000, SLOW_S, "lanes copying", rep)
     rep.kill9()
     run(publish(src, [(f"orders.{i % SUBJECTS}", registration(i), None) for i in range(30_000, 35_000)]))
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "ORDERS")) >= 35_000, 240, "catch-up after restart", rep)
+        wait_for(lambda: run(count(dst, "ORDERS")) >= 35_000, SLOW_S, "catch-up after restart", rep)
     finally:
         assert rep.stop() == 0, rep.output()
     want, got = _copies_by_subject(src, dst)
@@ -101,7 +102,7 @@ def test_a_refused_copy_is_not_overtaken_and_its_batch_published_again_late_doub
     run(publish(src, items))
     rep = start_replicator(_lanes_config(src, dst, tmp_path, lanes=4))
     try:
-        wait_for(lambda: "refused source sequence 1501" in rep.output(10**9), 120, "the refusal", rep)
+        wait_for(lambda: "refused source sequence 1501" in rep.output(10**9), SLOW_S, "the refusal", rep)
         time.sleep(8)  # published again from the checkpoint, each time after the duplicate window
 
         async def raise_limit() -> None:
@@ -114,7 +115,7 @@ def test_a_refused_copy_is_not_overtaken_and_its_batch_published_again_late_doub
                 await nc.close()
 
         run(raise_limit())
-        wait_for(lambda: run(count(dst, "ORDERS")) >= len(items), 120, "every message copied", rep)
+        wait_for(lambda: run(count(dst, "ORDERS")) >= len(items), SLOW_S, "every message copied", rep)
         wait_handled(rep, src, "ORDERS")  # anything doubled has landed too
     finally:
         assert rep.stop() == 0, rep.output()

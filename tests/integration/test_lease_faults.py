@@ -12,7 +12,7 @@ from pathlib import Path
 
 import nats
 import pytest
-from helpers import create_stream, run, start_replicator, wait_for, write_config
+from helpers import SLOW_S, create_stream, run, start_replicator, wait_for, write_config
 
 from harness.localnats import NatsCluster
 from harness.process import ReplicatorProcess
@@ -67,7 +67,7 @@ def test_a_leader_that_stalls_past_the_ttl_and_wins_the_key_back_loses_nothing(
     rep = start_replicator(cfg)
     try:
         with LivePublisher(src, rate=300):
-            wait_for(lambda: run(count(dst, "REG")) >= 300, 120, "the first copies", rep)
+            wait_for(lambda: run(count(dst, "REG")) >= 300, SLOW_S, "the first copies", rep)
             for stall in range(4):
                 rep.stall(TTL_S + 2 + stall * 0.7)
                 wins = stall + 2
@@ -80,9 +80,13 @@ def test_a_leader_that_stalls_past_the_ttl_and_wins_the_key_back_loses_nothing(
                 wait_for(lambda: run(count(dst, "REG")) > before + 100, 60, "copies again", rep)  # noqa: B023
             rep.kill9()
             rep = start_replicator(cfg)
-            wait_for(lambda: "became the leader" in rep.output(), 120, "the restarted instance leading", rep)
+            wait_for(
+                lambda: "became the leader" in rep.output(), SLOW_S, "the restarted instance leading", rep
+            )
             time.sleep(2)
-        wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), 120, "the copy to catch up", rep)
+        wait_for(
+            lambda: run(count(dst, "REG")) >= run(count(src, "REG")), SLOW_S, "the copy to catch up", rep
+        )
         assert run(copy_differences(src, "REG", dst, "REG")) == []  # no gap, nothing twice, in order
     finally:
         assert rep.stop() == 0, rep.output()
@@ -107,15 +111,15 @@ def test_a_sampled_leader_that_lost_its_lease_campaigns_again_and_copies_on(
     )
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: "became the leader" in rep.output(), 120, "leading", rep)
-        rep.wait_ready(180)
+        wait_for(lambda: "became the leader" in rep.output(), SLOW_S, "leading", rep)
+        rep.wait_ready(SLOW_S)
         run(_publish_sender(src, "before.example.net"))
-        wait_for(lambda: "before.example.net" in run(_senders(dst)), 120, "the first sender's copy", rep)
+        wait_for(lambda: "before.example.net" in run(_senders(dst)), SLOW_S, "the first sender's copy", rep)
         rep.stall(TTL_S + 3)
         wait_for(lambda: "standing by" in rep.output(10**9), 60, "standing by", rep)
         wait_for(lambda: rep.output(10**9).count("became the leader") >= 2, 60, "the key won back", rep)
         run(_publish_sender(src, "after.example.net"))
-        wait_for(lambda: "after.example.net" in run(_senders(dst)), 120, "the new sender's copy", rep)
+        wait_for(lambda: "after.example.net" in run(_senders(dst)), SLOW_S, "the new sender's copy", rep)
     finally:
         assert rep.stop() == 0, rep.output()
     assert "Event loop is closed" not in rep.output(10**9) and "ConnectionClosed" not in rep.output(10**9)
@@ -149,7 +153,7 @@ def test_a_clean_stop_hands_the_key_over_before_it_could_expire(
             print(f"\nclean stop to the standby leading: {took:.1f} s")
             before = run(count(dst, "REG"))
             wait_for(lambda: run(count(dst, "REG")) > before + 100, 60, "b's copies", b)
-        wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), 120, "the copy to catch up", b)
+        wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), SLOW_S, "the copy to catch up", b)
         assert run(copy_differences(src, "REG", dst, "REG")) == []
         assert b.stop() == 0, b.output()
     finally:
@@ -199,7 +203,7 @@ def test_instances_named_per_host_continue_each_others_copies(
             wait_for(lambda: "became the leader" in b.output(), 60, "b leading", b)
             before = run(count(dst, "REG"))
             wait_for(lambda: run(count(dst, "REG")) > before + 300, 60, "b's copies", b)
-        wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), 120, "the copy to catch up", b)
+        wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), SLOW_S, "the copy to catch up", b)
         assert run(copy_differences(src, "REG", dst, "REG")) == []  # nothing copied twice
         makers = {
             parse_source_header(first_value(m.headers, SOURCE_HEADER)).replicator
@@ -218,8 +222,8 @@ def _leader_then_standby(
     """Starts a (tmp_path/a/sr.yaml) until it has copied `copies`, then its standby b, ready."""
     a = start_replicator(tmp_path / "a" / "sr.yaml")
     procs.append(a)
-    wait_for(lambda: run(count(dst, "REG")) >= copies, 120, "a's copies", a)
+    wait_for(lambda: run(count(dst, "REG")) >= copies, SLOW_S, "a's copies", a)
     b = start_replicator(tmp_path / "b" / "sr.yaml")
     procs.append(b)
-    b.wait_ready(180)
+    b.wait_ready(SLOW_S)
     return a, b

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import orders_backlog, run, start_replicator, wait_for
+from helpers import SLOW_S, orders_backlog, run, start_replicator, wait_for
 
 from harness.streams import count_messages as count
 
@@ -27,7 +27,7 @@ def test_a_json_log_is_one_object_a_line_naming_the_stream(
 
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(nats_server.url, "ORDERS")) >= n, 180, "the copy", rep)
+        wait_for(lambda: run(count(nats_server.url, "ORDERS")) >= n, SLOW_S, "the copy", rep)
     finally:
         assert rep.stop() == 0, rep.output()
 

@@ -9,6 +9,7 @@ from typing import Any
 import nats
 import pytest
 from helpers import (
+    SLOW_S,
     checkpoint_places,
     checkpoints_in,
     copied_source_sequences,
@@ -40,7 +41,7 @@ def test_kill9_mid_copy_then_restart_gives_exact_copy(
     cfg, n_first = orders_backlog(src, dst, tmp_path, 30_000, batch_max_messages=2000, **top)
     rep = start_replicator(cfg)
     # Kill -9 while copies are in flight (somewhere inside the backlog), not at a batch boundary.
-    wait_for(lambda: run(count(dst, "ORDERS")) >= 7_000, 180, "copying under way", rep)
+    wait_for(lambda: run(count(dst, "ORDERS")) >= 7_000, SLOW_S, "copying under way", rep)
     rep.kill9()
     partial = run(count(dst, "ORDERS"))
     assert 0 < partial < n_first
@@ -51,7 +52,7 @@ def test_kill9_mid_copy_then_restart_gives_exact_copy(
     rep2 = start_replicator(cfg)
     try:
         total = n_first + len(more)
-        wait_for(lambda: run(count(dst, "ORDERS")) >= total, 240, "catch-up after restart", rep2)
+        wait_for(lambda: run(count(dst, "ORDERS")) >= total, SLOW_S, "catch-up after restart", rep2)
     finally:
         assert rep2.stop() == 0, rep2.output()
     got = run(read_all(dst, "ORDERS"))
@@ -83,7 +84,7 @@ def test_restart_without_checkpoint_never_republishes(source_server, nats_server
     )
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "EVENTS")) >= 2_000, 180, "first copy", rep)
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 2_000, SLOW_S, "first copy", rep)
     finally:
         assert rep.stop() == 0
     # Checkpoint gone: the start position must come from the target's Choria-SR-Source tail.
@@ -93,7 +94,7 @@ def test_restart_without_checkpoint_never_republishes(source_server, nats_server
     run(publish(src, [(f"events.{i}", b"y" * 100, None) for i in range(500)]))
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "EVENTS")) >= 2_500, 180, "copy of the new messages", rep)
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 2_500, SLOW_S, "copy of the new messages", rep)
         threading.Event().wait(3)  # give a wrong re-publish time to show up
     finally:
         assert rep.stop() == 0
@@ -118,7 +119,7 @@ def test_a_target_refusing_for_a_while_loses_nothing(source_server, nats_server,
     )
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: "maximum messages exceeded" in rep.output(), 180, "the target refusing", rep)
+        wait_for(lambda: "maximum messages exceeded" in rep.output(), SLOW_S, "the target refusing", rep)
         assert run(count(dst, "ORDERS")) == 2_500
 
         async def lift_limit() -> None:
@@ -130,7 +131,7 @@ def test_a_target_refusing_for_a_while_loses_nothing(source_server, nats_server,
             await nc.close()
 
         run(lift_limit())
-        wait_for(lambda: run(count(dst, "ORDERS")) >= len(items), 180, "the rest copied", rep)
+        wait_for(lambda: run(count(dst, "ORDERS")) >= len(items), SLOW_S, "the rest copied", rep)
     finally:
         assert rep.stop() == 0, rep.output()
     got = run(read_all(dst, "ORDERS"))
@@ -154,7 +155,7 @@ def test_a_recreated_source_stream_is_copied_whole_after_its_earlier_lifes_copie
     )
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "EVENTS")) >= 2_000, 180, "the old stream's copy", rep)
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 2_000, SLOW_S, "the old stream's copy", rep)
     finally:
         assert rep.stop() == 0, rep.output()
 
@@ -174,7 +175,7 @@ def test_a_recreated_source_stream_is_copied_whole_after_its_earlier_lifes_copie
     shutil.rmtree(tmp_path / "state")
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "EVENTS")) >= 5_000, 180, "the new stream's copy", rep)
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 5_000, SLOW_S, "the new stream's copy", rep)
         threading.Event().wait(2)
     finally:
         assert rep.stop() == 0, rep.output()
@@ -200,7 +201,7 @@ def test_a_restart_with_nothing_new_reports_every_message_handled(
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
     rep = start_replicator(cfg)
     try:
-        rep.wait_ready(120)
+        rep.wait_ready(SLOW_S)
         wait_handled(rep, src, "REG")
     finally:
         assert rep.stop() == 0, rep.output()
@@ -209,7 +210,7 @@ def test_a_restart_with_nothing_new_reports_every_message_handled(
 
     rep = start_replicator(cfg)
     try:
-        rep.wait_ready(120)
+        rep.wait_ready(SLOW_S)
         wait_handled(rep, src, "REG", timeout=60)
     finally:
         assert rep.stop() == 0, rep.output()

@@ -17,6 +17,7 @@ import orjson
 import pytest
 import yaml
 from helpers import (
+    SLOW_S,
     checkpoint_places,
     checkpoints_in,
     create_stream,
@@ -181,7 +182,7 @@ def test_fleet_sampling_matches_the_rules_copy_by_copy_and_advisory_by_advisory(
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)])
     rep = start_replicator(cfg)
     try:
-        rep.wait_ready(120)
+        rep.wait_ready(SLOW_S)
         emulate(scenario, src)
         want_copied, want_advs = settle_expected(src, dst, rep, timeout=60)
         counted = advisories_counted(rep.metrics_url)
@@ -224,7 +225,7 @@ def test_header_and_subject_token_keys_and_messages_without_a_sender(
     cfg = write_config(tmp_path / "sr.yaml", "dc1", streams)
     rep = start_replicator(cfg)
     try:
-        rep.wait_ready(120)
+        rep.wait_ready(SLOW_S)
         for _ in range(8):  # every 0.5 s for 4 s: within one inspect interval
             hdr = [(f"hdr.{i}", b"x" * 100, {"X-Node": f"n{i}"} if i < 5 else None) for i in range(8)]
             tok = [(f"tok.n{i}.reg", b"y" * 100, None) for i in range(5)] + [("tok", b"z", None)]
@@ -267,7 +268,7 @@ def test_kill_9_and_a_backlog_longer_than_warn_give_no_false_timeouts_and_nothin
     top = checkpoint_places(tmp_path)[place]
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)], **top)
     rep = start_replicator(cfg)
-    rep.wait_ready(120)
+    rep.wait_ready(SLOW_S)
     # The fleet publishes for 12 s (2 inspect intervals); the replicator is killed -9 after 4 s
     # and stays down for ~8 s (more than warn_duration) while the fleet keeps publishing.
     fleet = subprocess.Popen(
@@ -318,7 +319,7 @@ def test_admin_state_lists_tracked_senders_from_the_checkpoint(
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [stream])
     rep = start_replicator(cfg)
     try:
-        rep.wait_ready(120)
+        rep.wait_ready(SLOW_S)
         for size in (1000, 1100, 1200):  # 100-byte steps: below size_trigger
             items = [(f"{SUBJECTS[0][:-1]}n{i}", json.dumps({"sender": f"n{i}", "pad": "x" * size}).encode(), None)
                      for i in range(5)]  # fmt: skip
@@ -371,7 +372,7 @@ def test_admin_state_lists_tracked_senders_from_the_checkpoint(
     # lag is 0, not the 10 skipped after the target's last copy (what a restart showed before).
     rep = start_replicator(cfg)
     try:
-        rep.wait_ready(120)
+        rep.wait_ready(SLOW_S)
         lags = []
         for _ in range(8):  # the lag is measured every second
             lags.append(scrape(rep.metrics_url)["lag"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import PACKAGING, containerfile_instruction, orders_backlog, run, wait_for
+from helpers import PACKAGING, SLOW_S, containerfile_instruction, orders_backlog, run, wait_for
 
 from harness.process import ReplicatorProcess
 from harness.streams import count_messages as count
@@ -56,7 +56,7 @@ def test_the_images_entry_point_copies_answers_its_health_check_and_survives_log
     rep = ReplicatorProcess(cfg, tmp_path / "console.log", env=image_env(), command=entry[:-2])
     rep.start(wait=False)
     try:
-        wait_for(lambda: run(count(nats_server.url, "ORDERS")) >= n, 180, "the copy", rep)
+        wait_for(lambda: run(count(nats_server.url, "ORDERS")) >= n, SLOW_S, "the copy", rep)
         ok = health(cfg)
         assert ok.returncode == 0 and ok.stdout.endswith("/healthz: 200 ok\n"), ok.stdout + ok.stderr
 

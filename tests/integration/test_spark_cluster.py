@@ -11,6 +11,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from helpers import (
+    SLOW_S,
     copied_source_sequences,
     create_stream,
     publish,
@@ -52,7 +53,7 @@ def _copy_on_the_cluster(master: str, src: str, dst: str, tmp_path: Path, stream
     )
     rep = start_replicator(cfg, "--spark-master", master)
     try:
-        wait_for(lambda: run(count(dst, stream)) >= 5_000, 240, "copy on the cluster", rep)
+        wait_for(lambda: run(count(dst, stream)) >= 5_000, SLOW_S, "copy on the cluster", rep)
     finally:
         assert rep.stop() == 0, rep.output()
     assert list((tmp_path / "work").glob("app-*/*/stderr")), (

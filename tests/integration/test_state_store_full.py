@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import create_stream, publish, run, start_replicator, wait_for, write_config
+from helpers import SLOW_S, create_stream, publish, run, start_replicator, wait_for, write_config
 
 from harness.smallfs import SmallFilesystem, fill
 from harness.streams import count_messages as count
@@ -45,13 +45,13 @@ def test_a_full_state_store_is_one_clear_line_and_a_clean_continue_once_there_is
     )
     rep = start_replicator(cfg)
     try:
-        rep.wait_ready(120)
+        rep.wait_ready(SLOW_S)
         for r in range(4):  # 100 senders every 0.5 s
             run(publish(src, registrations(r, range(100))))
             time.sleep(0.5)
         # A sampled stream's first batch starts Spark's task workers and its RocksDB state: 20 s
         # here alone, 61 s once in a full CI run on 2 busy cores (the query had started).
-        wait_for(lambda: run(count(dst, "REG")) >= 100, 120, "the first copies", rep)
+        wait_for(lambda: run(count(dst, "REG")) >= 100, SLOW_S, "the first copies", rep)
         filler = fill(small_fs.path)  # the disk is full from here on
         for r in range(4, 12):  # the fleet goes on; 50 new senders join
             run(publish(src, registrations(r, range(150))))

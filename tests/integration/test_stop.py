@@ -9,7 +9,16 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import Replicator, copied_source_sequences, orders_backlog, run, start_replicator, tree, wait_for
+from helpers import (
+    SLOW_S,
+    Replicator,
+    copied_source_sequences,
+    orders_backlog,
+    run,
+    start_replicator,
+    tree,
+    wait_for,
+)
 
 from harness.streams import count_messages as count
 
@@ -30,7 +39,7 @@ def copy_under_way(src: str, dst: str, tmp_path: Path, n: int) -> tuple[Path, in
     """A backlog of n messages being copied (2,000 done): (config, n, the replicator)."""
     cfg, n = orders_backlog(src, dst, tmp_path, n, batch_max_messages=500)
     rep = start_replicator(cfg)
-    wait_for(lambda: run(count(dst, "ORDERS")) >= 2_000, 180, "copying under way", rep)
+    wait_for(lambda: run(count(dst, "ORDERS")) >= 2_000, SLOW_S, "copying under way", rep)
     return cfg, n, rep
 
 
@@ -38,7 +47,7 @@ def restart_and_check_exact(cfg: Path, dst: str, n: int) -> None:
     """A new start copies the rest; the target then holds exactly the source, in order."""
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(count(dst, "ORDERS")) >= n, 240, "the rest after the restart", rep)
+        wait_for(lambda: run(count(dst, "ORDERS")) >= n, SLOW_S, "the rest after the restart", rep)
     finally:
         assert rep.stop() == 0, rep.output()
     assert copied_source_sequences(dst, "ORDERS") == list(range(1, n + 1)), "exactly the source, in order"

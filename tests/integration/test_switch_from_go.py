@@ -10,7 +10,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import create_stream, publish, run, start_replicator, wait_for, wait_handled, write_config
+from helpers import (
+    SLOW_S,
+    create_stream,
+    publish,
+    run,
+    start_replicator,
+    wait_for,
+    wait_handled,
+    write_config,
+)
 
 from harness.localnats import NatsCluster
 from harness.streams import count_messages as count
@@ -76,7 +85,7 @@ def test_a_sampled_stream_switched_from_the_go_replicator_advises_and_copies_not
 
     ours = start_replicator(cfg)
     try:
-        ours.wait_ready(120)
+        ours.wait_ready(SLOW_S)
         run(publish(src, registrations(2)))  # the next round, well within inspect_duration
         wait_handled(ours, src, "REG")
         assert f"starting from the {SENDERS} senders of Choria's sampler state" in ours.output()

@@ -13,6 +13,7 @@ from pathlib import Path
 import nats
 import pytest
 from helpers import (
+    SLOW_S,
     copied_source_sequences,
     create_stream,
     publish,
@@ -65,8 +66,8 @@ def test_a_refused_message_stops_the_copy_before_it_until_the_target_takes_it(
     )  # fmt: skip
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: "source sequence 1500 is" in rep.output(), 120, "the size refusal logged", rep)
-        wait_for(lambda: "source sequence 2001 would be copied to subject n.s.b.5" in rep.output(), 120,
+        wait_for(lambda: "source sequence 1500 is" in rep.output(), SLOW_S, "the size refusal logged", rep)
+        wait_for(lambda: "source sequence 2001 would be copied to subject n.s.b.5" in rep.output(), SLOW_S,
                  "the subject refusal logged", rep)  # fmt: skip
         log = rep.output(10**9)
         assert "above the max_msg_size of the target stream (8192 bytes)" in log
@@ -121,7 +122,7 @@ def test_a_target_with_another_writer_is_copied_exactly_and_in_order(
     ])  # fmt: skip
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: len(ours(dst)) >= n, 180, "the copy", rep)
+        wait_for(lambda: len(ours(dst)) >= n, SLOW_S, "the copy", rep)
     finally:
         stop.set()
         writer.join()
@@ -163,7 +164,7 @@ def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
     ])  # fmt: skip
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: "refused source sequence 1500" in rep.output(10**9), 120, "the refusal", rep)
+        wait_for(lambda: "refused source sequence 1500" in rep.output(10**9), SLOW_S, "the refusal", rep)
         # The copies after it in its batch are stored: the target holds a gap.
         wait_for(
             lambda: max(copied_source_sequences(dst, "T"), default=0) > 1_500, 60, "copies after it", rep
@@ -177,7 +178,7 @@ def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
             # the range it planned already replaced by later ones (not yet in that range).
             wait_for(
                 lambda: max(copied_source_sequences(dst, "T"), default=0) == 3_000,
-                120,
+                SLOW_S,
                 "the rest copied",
                 rep,
             )
@@ -185,10 +186,13 @@ def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
             assert "refused source sequence 1500" not in rep.output(10**9)
         else:
             wait_for(
-                lambda: "refused source sequence 1500" in rep.output(10**9), 120, "1500 published again", rep
+                lambda: "refused source sequence 1500" in rep.output(10**9),
+                SLOW_S,
+                "1500 published again",
+                rep,
             )
             run(_update_stream(dst, StreamConfig(**{**target.as_dict(), "allow_rollup_hdrs": True})))  # type: ignore[arg-type]
-            wait_for(lambda: run(count(dst, "T")) == 3_000, 120, "1500 copied", rep)
+            wait_for(lambda: run(count(dst, "T")) == 3_000, SLOW_S, "1500 copied", rep)
             assert "the target lacked 1 copies" in rep.output(10**9)
     finally:
         assert rep.stop() == 0, rep.output()
