@@ -23,6 +23,7 @@ from emulator.publisher import FleetPublisher
 from emulator.scenario import parse_scenario
 from emulator.schedule import Schedule
 from harness.localnats import local_cluster
+from harness.streams import first_stored_at
 from replicator.config import parse_config
 from replicator.logs import setup_logging
 from replicator.metrics import metrics
@@ -88,8 +89,7 @@ def main() -> None:
             }
         )  # fmt: skip
         runner = Runner(cfg, list(cfg.streams), "local[*]")
-        t_start = time.monotonic()
-        first_copy: dict[str, float] = {}
+        t_start, t_start_wall = time.monotonic(), time.time()
         done: list[float] = []
         last_print = [0.0]
 
@@ -100,8 +100,6 @@ def main() -> None:
                 if rep.sink is None:
                     return
                 t = rep.sink.totals
-                if t.copied and rep.s.name not in first_copy:
-                    first_copy[rep.s.name] = now
                 line.append(f"{rep.s.name}: read {t.received:,} copied {t.copied:,} lag {rep.lag}")
             if now - last_print[0] >= 2:
                 print("demo: " + " | ".join(line), flush=True)
@@ -122,7 +120,10 @@ def main() -> None:
         for rep in runner.replications:
             assert rep.sink is not None
             t = rep.sink.totals
-            first = first_copy.get(rep.s.name)
+            # When the target stored the first copy: copies made before the runner reports
+            # progress (ahead of the query, while Spark starts) count from the start too.
+            stored = asyncio.run(first_stored_at(target.url, rep.s.target_stream))
+            first = t_start + (stored - t_start_wall) if stored is not None else None
             # A sampled stream may take the whole backlog in one batch: no rate after its first copy.
             pace = (
                 f"{t.received / (done[0] - first):,.0f} msg/s after the first copy"

@@ -64,7 +64,10 @@ def build(outdir: Path, venv: Path | None = None, python: str = sys.executable) 
         [python, "-c", "import sys; print(sys._base_executable)"], capture_output=True, text=True, check=True
     ).stdout.strip()
     _run([base, "-m", "venv", str(venv)])
-    _run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", str(wheel)])
+    # --no-compile: byte-compiling every dependency (pyspark's many modules) took half the
+    # install; Python compiles what a run imports, once, when it first imports it.
+    _run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile", "--disable-pip-version-check",
+          str(wheel)])  # fmt: skip
     seconds["install"] = time.monotonic() - t
     archive = outdir / ENV_ARCHIVE
     t = time.monotonic()

@@ -32,6 +32,19 @@ async def count_messages(url: str, stream: str) -> int:
     return (await stream_state(url, stream))[0]
 
 
+async def first_stored_at(url: str, stream: str) -> float | None:
+    """When the server stored `stream`'s first message (epoch seconds), None if it has none."""
+    nc = await open_connection(url, name="harness-first")
+    try:
+        info = await stream_info(nc, stream)
+        if info is None or not info.state.messages:
+            return None
+        msg = await nc.jetstream().get_msg(stream, seq=int(info.state.first_seq))
+        return msg.time.timestamp() if msg.time is not None else None
+    finally:
+        await nc.close()
+
+
 async def read_all(url: str, stream: str, tls: TLSFiles | None = None) -> list[RawMessage]:
     """Every message of `stream` in sequence order (it holds them all in memory)."""
     return await read_digested(url, stream, lambda chunk: chunk, tls=tls)

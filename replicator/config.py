@@ -202,8 +202,8 @@ class StreamConfig(_Strict):
     # Spark runs embedded (its tasks would run on this machine anyway), small on a cluster.
     driver_reads: Literal["auto", "small", "all"] = "auto"
     # Copy-only entries: the driver copies what the query would read first while Spark's
-    # session starts (replicator.head_start). Opt-in for now: docs/configuration.md.
-    copy_ahead: bool = False
+    # session starts (replicator.head_start), so the first copies do not wait for Spark.
+    copy_ahead: bool = True
     lanes: int = Field(default=4, ge=1, le=1024)
 
     @field_validator("stream", "target_stream")

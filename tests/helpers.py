@@ -129,9 +129,12 @@ def wait_for(pred: Callable[[], bool], timeout: float, what: str, proc: Replicat
 def handled_sequence(proc: Replicator, stream: str) -> int:
     """The last source sequence of `stream` the replicator has handled (copied or deliberately
     skipped), from its /metrics: a batch says so only once its copies and advisories are
-    published."""
-    with urllib.request.urlopen(proc.metrics_url, timeout=5) as r:
-        text = r.read().decode()
+    published. 0 while its monitor is not up yet (a restarted process)."""
+    try:
+        with urllib.request.urlopen(proc.metrics_url, timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0
     return max(
         (
             int(s.value)
