@@ -133,7 +133,7 @@ class HeadStart:
         it has no more or failed."""
         try:
             chunk = next(chunks, None)
-            if not chunk:
+            if not chunk or self._done():  # a stop during the read: nothing of it is recorded yet
                 return False
             r.copy_ahead(chunk)
             copied[r] += len(chunk)

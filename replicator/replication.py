@@ -465,7 +465,7 @@ class StreamReplication:
 
     def can_copy_ahead(self) -> bool:
         """Whether the entry copies ahead of its query while Spark starts (replicator.head_start):
-        a copy in source order with an in-flight record and a local checkpoint, without an
+        a copy in source order with an in-flight record and its checkpoint under state_store, without an
         election (who leads is not known before the campaign)."""
         return (
             self.s.copy_ahead

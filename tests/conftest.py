@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -15,6 +16,11 @@ from nats_servers import NatsCluster, nats_cluster
 
 # Spark's Python workers must run this interpreter (the venv's), whatever PATH says.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+# Property tests check what is computed, never how fast: hypothesis's 200 ms deadline per example
+# failed a header-parsing property on a machine loaded by the integration tests beside it.
+settings.register_profile("no-deadline", deadline=None)
+settings.load_profile("no-deadline")
 
 
 @pytest.fixture

@@ -35,6 +35,18 @@ class InflightRecord:
         self.path = path
 
     def write(self, first_seq: int, last_seq: int, unchained: bool = True, since_ns: int = 0) -> None:
+        """Record a new range in flight. Never over one not yet cleared: its copies may be
+        missing from the target, and only the next start's catch-up publishes it (a batch
+        after a failed one, once a stop had taken the failure, replaced it and lost it)."""
+        left = self.read()
+        if left is not None:
+            raise RuntimeError(
+                f"source sequences {left.first_seq}-{left.last_seq} are still in flight: they are "
+                "published again before anything after them (at the entry's next start)"
+            )
+        self._write(first_seq, last_seq, unchained, since_ns)
+
+    def _write(self, first_seq: int, last_seq: int, unchained: bool, since_ns: int) -> None:
         doc = {
             "first_seq": first_seq,
             "last_seq": last_seq,
@@ -49,7 +61,7 @@ class InflightRecord:
         """The range in flight goes on unchained, or left a gap: the next start looks for gaps."""
         left = self.read()
         if left is not None and not left.unchained:
-            self.write(left.first_seq, left.last_seq, True, left.since_ns)
+            self._write(left.first_seq, left.last_seq, True, left.since_ns)
 
     def read(self) -> InflightRange | None:
         try:

@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -22,6 +23,7 @@ from replicator.aio import LoopThread
 from replicator.nats.connect import open_connection
 from replicator.nats.publisher import PublishError
 from replicator.nats.readers import RawMessage
+from replicator.spark.inflight import InflightRecord
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sink import OrderedSink, SinkSettings
 
@@ -173,3 +175,33 @@ def test_another_writer_in_the_middle_of_batches_costs_no_copy(
     assert sorted(got) == list(range(1, 4001)), f"{len(set(range(1, 4001)) - set(got))} copies lost"
     if replicas == 1:
         assert got == sorted(got)
+
+
+def test_a_batch_left_in_flight_is_never_replaced_by_the_next_after_a_stop_took_its_error(
+    nats_server: NatsCluster, loop: LoopThread, tmp_path: Path
+) -> None:
+    """A refused batch's in-flight record is what makes the next start publish it again. A stop
+    that closes the sink takes the batch's error; a batch that comes after (the copies ahead of
+    the query, whose thread a stop gives up on) must not replace that record, or the refused
+    copies and every one after them up to that batch are lost for good (found by review)."""
+    run(create_stream(nats_server.url, "T", ["t.>"]))  # no rollups allowed
+    record = InflightRecord(tmp_path / "inflight")
+    settings = SinkSettings(nats_server.url, "T", "S", "dc1", "cfg", "dc1.cfg.S.1", chain=True)
+    sink = OrderedSink(settings, loop, inflight=record)
+    try:
+        sink.publish_rows(_batch(100, 40), time.monotonic())  # its publish starts; refused at 40
+        sink.close()  # a stop: the refusal is reported here ("on the next start")
+        later = pa.Table.from_batches(
+            [
+                to_record_batch(
+                    "S", [RawMessage(s, "t.1", time.time_ns(), None, b"x") for s in range(101, 201)]
+                )
+            ]
+        )
+        with pytest.raises(RuntimeError, match="source sequences 1-100 are still in flight"):
+            sink.publish_rows(later, time.monotonic())
+    finally:
+        sink.close()
+    left = record.read()
+    assert left is not None and (left.first_seq, left.last_seq) == (1, 100)
+    assert copied_source_sequences(nats_server.url, "T") == list(range(1, 40))
