@@ -193,7 +193,7 @@ class StreamReplication:
             # batch itself (its decisions live in Spark's state, not in the source).
             inflight=None
             if s.sampling or s.order == "subject"
-            else InflightRecord(inflight_path(self.cfg, s)),
+            else InflightRecord(inflight_path(self.cfg, s), created_us(info)),
         )
         metrics().start_series(
             self.sink.labels, s.sampling, tuple(Event) if s.sampling and s.advisory is not None else ()
@@ -234,8 +234,7 @@ class StreamReplication:
         s = self.s
         elected = ""
         if s.leader_election_name:
-            created_us = int(info.created.timestamp() * 1_000_000) if info.created else 0
-            elected = f"{election_key(s.name, s.stream)}.{created_us}"
+            elected = f"{election_key(s.name, s.stream)}.{created_us(info)}"
         return CopyOwner(s.stream, self.cfg.name, s.name, elected, elected or self._copy_identity(info))
 
     def _copy_identity(self, info: Any) -> str:
@@ -331,6 +330,13 @@ class StreamReplication:
         record = self.sink.inflight
         left = record.read() if record is not None else None
         if record is None or left is None:
+            return
+        if record.of_another_stream(left):
+            # Its sequences are another stream's: published again from this one, they would be
+            # wrong copies, and the query would start after them, past this stream's first ones.
+            self.log.warning("dropping the record of source sequences %d-%d left in flight: they were read from an "
+                             "earlier source stream of this name, deleted since", left.first_seq, left.last_seq)  # fmt: skip
+            record.clear()
             return
         if left.unchained:
             self.gap_fill.run(
@@ -744,3 +750,9 @@ class StreamReplication:
 def _has_commit(files: Any) -> bool:
     """Whether the checkpoint's commit log holds a batch (not only a file being written)."""
     return any(name.isdigit() for name in files.names("commits"))
+
+
+def created_us(info: Any) -> int:
+    """A stream's creation (µs since the epoch) from its info: it tells a stream from an earlier
+    one of the same name (0 if the server does not say)."""
+    return int(info.created.timestamp() * 1_000_000) if info.created else 0

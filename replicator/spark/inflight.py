@@ -28,11 +28,18 @@ class InflightRange:
     unchained: bool = True
     # When its publishing began (ns since the epoch): its copies were stored after it.
     since_ns: int = 0
+    # The source stream's creation (µs since the epoch) it was read from; 0: not recorded (an
+    # older version's record).
+    source_created_us: int = 0
 
 
 class InflightRecord:
-    def __init__(self, path: Path) -> None:
+    """`source_created_us`: the creation of the source stream this run reads (0: unknown),
+    written into each record so that a record of an earlier stream of the same name is known."""
+
+    def __init__(self, path: Path, source_created_us: int = 0) -> None:
         self.path = path
+        self.source_created_us = source_created_us
 
     def write(self, first_seq: int, last_seq: int, unchained: bool = True, since_ns: int = 0) -> None:
         """Record a new range in flight. Never over one not yet cleared: its copies may be
@@ -52,6 +59,7 @@ class InflightRecord:
             "last_seq": last_seq,
             "unchained": unchained,
             "since_ns": since_ns or time.time_ns(),
+            "source_created_us": self.source_created_us,
         }
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(json.dumps(doc))
@@ -69,7 +77,8 @@ class InflightRecord:
             # A record of an older version has no time: its file's is as late or later.
             since = int(doc.get("since_ns") or self.path.stat().st_mtime_ns)
             unchained = bool(doc.get("unchained", True))
-            return InflightRange(int(doc["first_seq"]), int(doc["last_seq"]), unchained, since)
+            created = int(doc.get("source_created_us") or 0)
+            return InflightRange(int(doc["first_seq"]), int(doc["last_seq"]), unchained, since, created)
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as e:
@@ -77,6 +86,13 @@ class InflightRecord:
                 f"in-flight batch record {self.path} is unreadable ({e}); remove it and the stream's "
                 "checkpoint directory to copy the stream again from the target's last message"
             ) from None
+
+    def of_another_stream(self, left: InflightRange) -> bool:
+        """Whether `left` was read from an earlier source stream of the same name (deleted and
+        created again since): its sequences are not this stream's."""
+        return bool(left.source_created_us and self.source_created_us) and (
+            left.source_created_us != self.source_created_us
+        )
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)

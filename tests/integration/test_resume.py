@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +184,67 @@ def test_a_recreated_source_stream_is_copied_whole_after_its_earlier_lifes_copie
     new = [m for m in run(read_all(dst, "EVENTS")) if m.data.startswith(b"new")]
     seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in new]  # type: ignore[union-attr]
     assert seqs == list(range(1, 3_001))
+
+
+def test_a_record_left_in_flight_by_a_deleted_source_stream_costs_the_new_stream_nothing(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """A run killed mid-batch leaves its range in flight; the source stream is then deleted and
+    created again with fewer messages, and its checkpoint removed as docs/operations.md says.
+    The old range is not this stream's: every new message is copied (before the fix the start
+    took the old range as handled, and the query began after it: all 1,000 were skipped)."""
+    import shutil
+
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "EVENTS", ["events.>"]))
+    run(publish(src, [(f"events.{i}", b"old" * 30, None) for i in range(2_000)]))
+    cfg = write_config(
+        tmp_path / "sr.yaml", "dc1", [{"stream": "EVENTS", "source_url": src, "target_url": dst}]
+    )
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 2_000, SLOW_S, "the old stream's copy", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    entry = tmp_path / "state" / "EVENTS_dc1"
+    assert (entry / "checkpoint").is_dir()
+    # What a kill -9 during the old stream's last batch leaves (its copies had landed).
+    old_created = run(stream_created_us(src, "EVENTS"))
+    left = {"first_seq": 1_501, "last_seq": 2_000, "unchained": False, "since_ns": time.time_ns(),
+            "source_created_us": old_created}  # fmt: skip
+    (entry / "inflight.json").write_text(json.dumps(left))
+
+    async def delete() -> None:
+        nc = await nats.connect(src)
+        try:
+            await nc.jetstream().delete_stream("EVENTS")
+        finally:
+            await nc.close()
+
+    run(delete())
+    threading.Event().wait(1.1)  # a creation time in another second than the old stream's
+    run(create_stream(src, "EVENTS", ["events.>"]))
+    run(publish(src, [(f"events.{i}", b"new" * 30, None) for i in range(1_000)]))
+    shutil.rmtree(entry / "checkpoint")
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 3_000, SLOW_S, "the new stream's copy", rep)
+        threading.Event().wait(2)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    new = [m for m in run(read_all(dst, "EVENTS")) if m.data.startswith(b"new")]
+    seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in new]  # type: ignore[union-attr]
+    assert seqs == list(range(1, 1_001))
+    assert "dropping the record of source sequences 1501-2000 left in flight" in rep.output()
+
+
+async def stream_created_us(url: str, stream: str) -> int:
+    nc = await nats.connect(url)
+    try:
+        info = await nc.jetstream().stream_info(stream)
+        return int(info.created.timestamp() * 1_000_000) if info.created else 0
+    finally:
+        await nc.close()
 
 
 @pytest.mark.parametrize("mode", ["copy", "sampled"])
