@@ -61,6 +61,13 @@ def readiness(port: int | str, timeout: float = 2.0) -> dict[str, object] | None
         return None
 
 
+def entry_state(port: int | str, key: str) -> str | None:
+    """A stream entry's state on a replicator's /readyz (`replicating`, `standby`, ...; key
+    `<stream>/<name>`), None while it does not answer or has no such entry."""
+    streams = (readiness(port, timeout=1.0) or {}).get("streams")
+    return str(streams.get(key)) if isinstance(streams, dict) and key in streams else None
+
+
 class ReplicatorProcess:
     """`stream-replicator run --config CONFIG` with its output appended to `log_path`.
     `command` replaces `python -m replicator.cli run` (an installed script, spark-submit)."""

@@ -26,7 +26,7 @@ from nats.js.api import KeyValueConfig, StreamConfig
 
 from emulator.publisher import stream_subjects
 from harness.localnats import free_port
-from harness.process import ReplicatorProcess, readiness
+from harness.process import ReplicatorProcess, entry_state
 from harness.proctree import GroupCpu
 from harness.scenario.lag import trailing_seconds, worst_by_minute
 from harness.scenario.spec import HopSpec, ProcessSpec, ScenarioSpec
@@ -74,15 +74,9 @@ class HopRef:
         if len(self.metrics_urls) > 1:
             key = f"{self.hop.stream}/{self.hop.name}"
             for url in self.metrics_urls:
-                if _stream_state(url, key) == "replicating":
+                if entry_state(url, key) == "replicating":
                     return url
         return self.metrics_urls[0]
-
-
-def _stream_state(port: int | str, key: str) -> str | None:
-    """A stream entry's state on a replicator's /readyz (`replicating`, `standby`, ...)."""
-    streams = (readiness(port, timeout=1.0) or {}).get("streams")
-    return str(streams.get(key)) if isinstance(streams, dict) and key in streams else None
 
 
 @dataclass
@@ -383,7 +377,7 @@ def _leader(instances: list[ReplicatorProcess], p: ProcessSpec) -> ReplicatorPro
     """The instance copying p's first stream entry now (the first instance if none is)."""
     key = f"{p.streams[0].stream}/{p.streams[0].name}"
     for r in instances:
-        if _stream_state(r.port, key) == "replicating":
+        if entry_state(r.port, key) == "replicating":
             return r
     return instances[0]
 

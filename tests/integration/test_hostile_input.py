@@ -18,7 +18,7 @@ import pytest
 from helpers import SLOW_S, create_stream, publish_raw, run, start_replicator, wait_for, write_config
 
 from harness.localnats import NatsCluster
-from harness.process import readiness
+from harness.process import entry_state
 from harness.servers import nats_cluster
 from harness.streams import count_messages as count
 from harness.streams import read_all
@@ -119,7 +119,12 @@ def test_hostile_messages_are_copied_byte_for_byte_or_stopped_before_with_one_li
     try:
         # The sampled entry, not the process: the RAW entry may already be held at the refused
         # copy (copied ahead while Spark starts), and a held entry is not ready.
-        wait_for(lambda: entry_state(rep, "REG/reg") == "replicating", SLOW_S, "REG/reg replicating", rep)
+        wait_for(
+            lambda: entry_state(rep.metrics_url, "REG/reg") == "replicating",
+            SLOW_S,
+            "REG/reg replicating",
+            rep,
+        )
         reg_items = [
             ("reg.big", json.dumps({"sender": "big", "pad": "x" * (10 * MB)}).encode(), []),
             ("reg.bin", b"\x00\xff\xfe not json at all", []),
@@ -147,6 +152,8 @@ def test_hostile_messages_are_copied_byte_for_byte_or_stopped_before_with_one_li
         # headers are added: it is stopped before, with one line that names the fix.
         wait_for(lambda: "max_payload" in rep.output(), SLOW_S, "the refusal", rep)
         assert run(count(dst, "RAW")) == 2  # the two before it, nothing after it
+        # Held at the refused copy, and /readyz says so (docs/operations.md).
+        wait_for(lambda: entry_state(rep.metrics_url, "RAW/raw") == "retrying", 60, "RAW/raw retrying", rep)
         refusal = [ln for ln in rep.output(10**7).splitlines() if "max_payload" in ln]
         assert refusal and "raise" in refusal[0], refusal
 
@@ -172,11 +179,6 @@ def test_hostile_messages_are_copied_byte_for_byte_or_stopped_before_with_one_li
     assert Counter(a["event"] for a in advs) == {"new": 3}
     assert {a["value"] for a in advs} == {"big", "web 01.*.example..net>", "42"}
     assert "adv.new.web_01._.example._.net_" in subjects  # a valid subject, no wildcard
-
-
-def entry_state(rep: Any, key: str) -> str | None:
-    streams = (readiness(rep.metrics_url) or {}).get("streams")
-    return streams.get(key) if isinstance(streams, dict) else None
 
 
 def marks(url: str, stream: str) -> list[Any]:

@@ -30,6 +30,7 @@ from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import SOURCE_HEADER, parse_source_header
 from replicator.nats.wire import first_value
+from replicator.replication import created_us
 
 pytestmark = pytest.mark.integration
 
@@ -161,16 +162,7 @@ def test_a_recreated_source_stream_is_copied_whole_after_its_earlier_lifes_copie
     finally:
         assert rep.stop() == 0, rep.output()
 
-    async def recreate() -> None:
-        nc = await nats.connect(src)
-        try:
-            await nc.jetstream().delete_stream("EVENTS")
-        finally:
-            await nc.close()
-
-    run(recreate())
-    threading.Event().wait(1.1)  # a creation time in another second than the old stream's
-    run(create_stream(src, "EVENTS", ["events.>"]))
+    recreate_events(src)
     run(publish(src, [(f"events.{i}", b"new" * 30, None) for i in range(3_000)]))
     import shutil
 
@@ -214,16 +206,7 @@ def test_a_record_left_in_flight_by_a_deleted_source_stream_costs_the_new_stream
             "source_created_us": old_created}  # fmt: skip
     (entry / "inflight.json").write_text(json.dumps(left))
 
-    async def delete() -> None:
-        nc = await nats.connect(src)
-        try:
-            await nc.jetstream().delete_stream("EVENTS")
-        finally:
-            await nc.close()
-
-    run(delete())
-    threading.Event().wait(1.1)  # a creation time in another second than the old stream's
-    run(create_stream(src, "EVENTS", ["events.>"]))
+    recreate_events(src)
     run(publish(src, [(f"events.{i}", b"new" * 30, None) for i in range(1_000)]))
     shutil.rmtree(entry / "checkpoint")
     rep = start_replicator(cfg)
@@ -238,11 +221,25 @@ def test_a_record_left_in_flight_by_a_deleted_source_stream_costs_the_new_stream
     assert "dropping the record of source sequences 1501-2000 left in flight" in rep.output()
 
 
+def recreate_events(src: str) -> None:
+    """The source stream EVENTS deleted and created again, empty, with another creation time."""
+
+    async def delete() -> None:
+        nc = await nats.connect(src)
+        try:
+            await nc.jetstream().delete_stream("EVENTS")
+        finally:
+            await nc.close()
+
+    run(delete())
+    threading.Event().wait(1.1)  # a creation time in another second than the old stream's
+    run(create_stream(src, "EVENTS", ["events.>"]))
+
+
 async def stream_created_us(url: str, stream: str) -> int:
     nc = await nats.connect(url)
     try:
-        info = await nc.jetstream().stream_info(stream)
-        return int(info.created.timestamp() * 1_000_000) if info.created else 0
+        return created_us(await nc.jetstream().stream_info(stream))
     finally:
         await nc.close()
 
