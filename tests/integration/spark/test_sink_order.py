@@ -178,13 +178,15 @@ def test_another_writer_in_the_middle_of_batches_costs_no_copy(
 
 
 def test_a_batch_left_in_flight_is_never_replaced_by_the_next_after_a_stop_took_its_error(
-    nats_server: NatsCluster, loop: LoopThread, tmp_path: Path
+    target_of_each_kind: tuple[NatsCluster, int], loop: LoopThread, tmp_path: Path
 ) -> None:
     """A refused batch's in-flight record is what makes the next start publish it again. A stop
     that closes the sink takes the batch's error; a batch that comes after (the copies ahead of
     the query, whose thread a stop gives up on) must not replace that record, or the refused
     copies and every one after them up to that batch are lost for good (found by review)."""
-    run(create_stream(nats_server.url, "T", ["t.>"]))  # no rollups allowed
+    nats_server, replicas = target_of_each_kind
+    run(create_stream(nats_server.url, "T", ["t.>"], num_replicas=replicas))  # no rollups allowed
+    _wait_for_leader(nats_server.url, "T")
     record = InflightRecord(tmp_path / "inflight")
     settings = SinkSettings(nats_server.url, "T", "S", "dc1", "cfg", "dc1.cfg.S.1", chain=True)
     sink = OrderedSink(settings, loop, inflight=record)
