@@ -65,10 +65,10 @@ _WORKER_PIPE_CLOSED = re.compile(r"^(BrokenPipeError|ConnectionResetError|EOFErr
 # are the sentences that chain one to the next.
 _DAEMON_FRAME = re.compile(
     r'^\s+File "(.*/pyspark/.*|.*/replicator/spark/(daemon|source_runner)\.py'
-    r'|.*/lib/python3\.\d+/[^/]+\.py|<frozen [^>]+>)"'
+    r'|.*/lib(64)?/python3\.\d+/[^/]+\.py|<frozen [^>]+>)"'
 )
 # pyspark's reads and writes on its socket to the JVM: where a closed pipe is found.
-_SOCKET_FRAME = re.compile(r'^\s+File ".*/lib/python3\.\d+/socket\.py", line \d+, in (write|readinto)$')
+_SOCKET_FRAME = re.compile(r'^\s+File ".*/lib(64)?/python3\.\d+/socket\.py", line \d+, in (write|readinto)$')
 _CUT_SHORT_LINES = 3
 _CHAINED = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
 
