@@ -58,6 +58,8 @@ _QUERY_THREAD_DIED = 'Exception in thread "stream execution thread'
 # or its streaming source runner (the planner of a Python data source) prints the traceback.
 _PYTHON_TRACEBACK = "Traceback (most recent call last):"
 _WORKER_PIPE_CLOSED = re.compile(r"^(BrokenPipeError|ConnectionResetError|EOFError)\b")
+# The standard library's directory: lib64 on Red Hat's and Fedora's Pythons.
+_STDLIB = r".*/lib(?:64)?/python3\.\d+/"
 # Frames of pyspark itself, of the modules that start pyspark's task workers' daemon and its
 # streaming source runner (replicator.spark.daemon, replicator.spark.source_runner), of the
 # Python standard library (socket, contextlib) or frozen modules (runpy): nothing of the
@@ -65,10 +67,10 @@ _WORKER_PIPE_CLOSED = re.compile(r"^(BrokenPipeError|ConnectionResetError|EOFErr
 # are the sentences that chain one to the next.
 _DAEMON_FRAME = re.compile(
     r'^\s+File "(.*/pyspark/.*|.*/replicator/spark/(daemon|source_runner)\.py'
-    r'|.*/lib(64)?/python3\.\d+/[^/]+\.py|<frozen [^>]+>)"'
+    rf'|{_STDLIB}[^/]+\.py|<frozen [^>]+>)"'
 )
 # pyspark's reads and writes on its socket to the JVM: where a closed pipe is found.
-_SOCKET_FRAME = re.compile(r'^\s+File ".*/lib(64)?/python3\.\d+/socket\.py", line \d+, in (write|readinto)$')
+_SOCKET_FRAME = re.compile(rf'^\s+File "{_STDLIB}socket\.py", line \d+, in (write|readinto)$')
 _CUT_SHORT_LINES = 3
 _CHAINED = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
 
