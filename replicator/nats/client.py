@@ -1,8 +1,8 @@
 """The replicator's NATS client: nats-py's, plus raw subscriptions and pre-encoded publishes.
 
-This is the one place that depends on nats-py's internals (`_process_msg`, `_send_command`,
-`_flush_queue`, `_max_payload`, and for a reconnect `_attempt_reconnect`, `_pending` and
-`_transport`); nats-py is pinned to 2.16.x. tests/unit/nats/test_client.py checks what goes
+This is the one place that depends on nats-py's internals (`_process_msg`, `_process_pong`,
+`_send_command`, `_flush_queue`, `_max_payload`, and for a reconnect `_attempt_reconnect`,
+`_pending` and `_transport`); nats-py is pinned to 2.16.x. tests/unit/nats/test_client.py checks what goes
 over the wire against nats-py's own publish; tests/integration/nats/test_reconnect.py that
 nothing unsent crosses a reconnect.
 
@@ -16,6 +16,7 @@ while copying, profiled with py-spy).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
@@ -133,6 +134,16 @@ class ReplicatorClient(Client):
         # Times the connection was lost (counted by open_connection's disconnected callback):
         # a publisher waiting for acks gives up at once when it moves.
         self.disconnects = 0
+        # Subjects whose refused subscription the subscriber reports itself (the doorbell's):
+        # the connection's error callback leaves those to it, so a refusal is one warning.
+        self.refusals_reported_by_subscriber: set[str] = set()
+
+    def refusal_reported_by_subscriber(self, e: BaseException) -> bool:
+        # nats-py lowercases the server's -ERR: 'nats: permissions violation for subscription to "a.>"'
+        text = str(e)
+        return text.startswith("nats: permissions violation for subscription to ") and any(
+            f'"{subject.lower()}"' in text for subject in self.refusals_reported_by_subscriber
+        )
 
     async def _attempt_reconnect(self) -> None:
         # What the lost connection had not sent must never reach a server after what a new
@@ -158,6 +169,32 @@ class ReplicatorClient(Client):
             with contextlib.suppress(OSError):  # SO_LINGER 0: close with a reset, dropping the send buffer
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.transport.abort()
+
+    async def flush_in_order(self, timeout: float) -> None:
+        """A flush whose PONG says the server has every command sent before it. nats-py's flush
+        writes its PING straight to the socket, ahead of commands still queued for its flusher
+        task (a SUB, an UNSUB): under load the PONG came back before the server held a new
+        subscription, so a message published from another connection went unheard. While the
+        connection is being made again, nats-py's flush may return with no PONG: a doorbell
+        armed then costs at most its wait (the reconnect sends its subscriptions again)."""
+        if self._flush_queue is not None and self._flusher_task is not None and not self._flusher_task.done():
+            written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            await self._flush_queue.put(written)  # the flusher writes what is queued, then sets it
+            await asyncio.wait_for(written, timeout)
+        else:
+            await self._flush_pending()  # no flusher: nats-py writes inline
+        await self.flush(max(1, round(timeout)))  # nats-py types it as whole seconds
+
+    async def _process_pong(self) -> None:
+        # A PONG answers the oldest PING. nats-py leaves a flush that timed out in that list,
+        # cancelled: setting its result raised into the read loop and ended it, and the
+        # connection heard nothing until its pings ran out (tests/integration/nats/test_flush.py).
+        if self._pongs:
+            future = self._pongs.pop(0)
+            if not future.done():
+                future.set_result(True)
+            self._pongs_received += 1
+            self._pings_outstanding = 0
 
     async def raw_subscribe(self, subject: str, handler: RawHandler) -> Subscription:
         sub = await self.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)

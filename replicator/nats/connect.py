@@ -111,6 +111,9 @@ async def open_connection(
         if not refused.done() and not nc.is_connected and permanent_reason(e):
             refused.set_result(e)
             return
+        if nc.refusal_reported_by_subscriber(e):
+            log.debug("NATS connection %s: %s (its subscriber reports it)", name or opts["servers"], e)
+            return
         # While a server is away the client retries every second: the same error is logged
         # once per ERROR_LOG_INTERVAL_S, not sixty times a minute.
         now, text = time.monotonic(), str(e) or type(e).__name__

@@ -51,6 +51,13 @@ log = logging.getLogger(__name__)
 
 # A standby's query asks whether it leads this often (a file check): failover waits at most this.
 STANDBY_POLL_S = 0.1
+# A caught-up copy's plan waits this long at most for its doorbell (replicator.nats.doorbell)
+# before it tells Spark there is nothing new; a stop waits for it at most this long too.
+NEWS_WAIT_S = 0.2
+# Plans in a row that found news the doorbell, armed over DEAF_AFTER_S before, did not ring for
+# before it is given up.
+DEAF_AFTER_PLANS = 3
+DEAF_AFTER_S = 1.0
 
 SCHEMA_DDL = (
     "stream STRING, seq BIGINT, subject STRING, timestamp TIMESTAMP, headers MAP<STRING, STRING>, data BINARY"
@@ -125,6 +132,13 @@ class NatsJetStreamReader(DataSourceStreamReader):
         # say): every message stored later has a later time.
         self._stream_time_ms: int | None = None
         self._mean_bytes = 0.0  # the stream's mean message size, as last asked
+        self._subjects: list[str] = []  # the stream's subjects, as last asked
+        self._bell: Any = None  # a Doorbell once the stream was caught up with
+        self._bell_nc: Any = None  # the connection it listens on
+        self._bell_given_up = False  # it heard nothing of a growing stream: polling
+        self._idle = False  # the last plan found nothing new to copy
+        self._news = False  # the last plan gave a batch to copy
+        self._deaf = 0  # plans with news in a row that the armed doorbell did not ring for
 
     # The planner side (initialOffset/latestOffset/partitions) keeps one connection on a loop
     # thread; tasks get a pickled copy without it (a live connection cannot be pickled).
@@ -132,6 +146,8 @@ class NatsJetStreamReader(DataSourceStreamReader):
         state = self.__dict__.copy()
         state["_loop"] = None
         state["_nc"] = None
+        state["_bell"] = None
+        state["_bell_nc"] = None
         return state
 
     def _conn(self) -> tuple[Any, Any]:
@@ -154,6 +170,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
         if info is None:
             raise RuntimeError(f"nats-jetstream: stream {self.stream} does not exist on {self._where()}")
         self._direct = bool(info.config.allow_direct)
+        # Messages a mirror or a sourcing stream takes from others arrive on no subject of its.
+        fed = info.config.mirror is not None or bool(info.config.sources)
+        self._subjects = [] if fed else list(info.config.subjects or [])
         messages = int(info.state.messages)
         self._mean_bytes = int(info.state.bytes) / messages if messages else 0.0
         return info
@@ -180,6 +199,72 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.o.max_messages_per_batch)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._idle = self._news = False
+        offset = self._plan(start, limit)
+        if self._idle and self._news_after_waiting():
+            offset = self._plan(start, limit)
+        self._check_the_doorbell_hears()
+        return offset
+
+    def _check_the_doorbell_hears(self) -> None:
+        """A doorbell that stays armed while the stream grows is deaf (the account may not
+        subscribe to the stream's subjects, or they are filled another way): polling again."""
+        if self._bell is None or self._bell.subjects != self._subjects:
+            self._deaf = 0
+            return
+        if not self._news:
+            return  # quiet plans between news say nothing of the bell: a sparse stream counts too
+        # News the bell was armed for well before (not a message stored just before the arming,
+        # nor one the stream reported a moment before its ring arrived).
+        deaf = self._bell.armed and time.monotonic() - self._bell.armed_at > DEAF_AFTER_S
+        self._deaf = self._deaf + 1 if deaf else 0
+        if self._deaf >= DEAF_AFTER_PLANS:
+            log.warning(
+                "stream %s: it stores messages that a subscription to its subjects (%s) does not "
+                "hear (published another way, or no permission to subscribe?); asking the stream "
+                "for new messages every few ms instead",
+                self.stream,
+                ", ".join(self._bell.subjects),
+            )
+            with contextlib.suppress(Exception):
+                self._loop.run(self._bell.disarm(), 5)
+            self._bell, self._bell_given_up = None, True
+
+    def _news_after_waiting(self) -> bool:
+        """Nothing new to copy: whether to look again now, after waiting up to NEWS_WAIT_S for
+        a message on the stream's subjects (without subjects, a mirror's or a sourcing stream's,
+        Spark's own polling serves)."""
+        from replicator.nats.doorbell import Doorbell, DoorbellRefused
+
+        # The stream's subjects, not the entry's filter: a plan's news is the stream's.
+        if self._bell_given_up or not self._subjects:
+            return False
+        try:
+            loop, nc = self._conn()
+            bell = self._bell
+            if bell is None or bell.subjects != self._subjects or self._bell_nc is not nc:
+                # New, or the stream's subjects or the connection changed: its interest is stale.
+                if bell is not None and self._bell_nc is nc:
+                    loop.run(bell.disarm(), 5)
+                self._bell, self._bell_nc = Doorbell(self._subjects), nc
+            if loop.run(self._bell.arm(nc), 10):
+                return True  # armed just now: what was stored before rang nothing, so look
+        except DoorbellRefused as e:
+            log.warning(
+                "stream %s: the server refused a subscription to its subjects (%s): %s; asking the "
+                "stream for new messages every few ms instead (allow this user to subscribe to them)",
+                self.stream,
+                ", ".join(self._subjects),
+                e,
+            )
+            self._bell, self._bell_given_up = None, True
+            return False
+        except Exception as e:  # the connection is failing: the next plan's ask will say so
+            log.debug("stream %s: doorbell not armed (%s); polling", self.stream, e)
+            return False
+        return bool(self._bell.wait(NEWS_WAIT_S))
+
+    def _plan(self, start: dict, limit: ReadLimit) -> dict:
         if self.o.stop_file and os.path.exists(self.o.stop_file):
             return start  # stopping: the batch that ran is the last
         lease: ReadLease | None = None
@@ -233,6 +318,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
         last = end - 1
         end = self.ramp.end(begin, end, cap)
         if end <= begin and not self.o.sampling:
+            self._idle = True
             return start
         if not self.o.sampling:
             # "from": where this batch starts, kept in Spark's offset log with its end so the
@@ -241,6 +327,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
             offset: dict[str, Any] = {"seq": end, "from": begin}
             if lease is not None:
                 offset["term"] = lease.term
+            self._news = True
             return offset
         return self._with_clock(start, max(begin, end), caught_up=end > last)
 

@@ -1,0 +1,94 @@
+"""A one-shot signal that something was published on a stream's subjects.
+
+A caught-up copy's planner would otherwise ask the stream where it ends every few milliseconds
+(Spark asks again 10 ms after a plan with nothing new): that polling costs CPU in the JVM, the
+planner and the server while nothing happens, and a new message still waits for the next ask.
+Armed, the doorbell holds a core subscription on each of the stream's subjects that the server
+removes after its first message, so it carries one message per quiet spell, never the stream's
+traffic. A ring says only "look again": the stream itself says what it holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+
+class DoorbellRefused(Exception):
+    """The server refused the doorbell's subscriptions (no permission to subscribe to the
+    stream's subjects, or the user's or account's subscription limit): arming again would be
+    refused again, and a limit's refusal closes the connection."""
+
+
+def _refusal(nc: Any, before: BaseException | None) -> str | None:
+    """The server's refusal of a subscription since `before` was the connection's last error."""
+    err = nc.last_error
+    if err is None or err is before:
+        return None
+    text = str(err)
+    lowered = text.lower()
+    if (
+        "permissions violation" in lowered and "subscription" in lowered
+    ) or "maximum subscriptions" in lowered:
+        return text
+    return None
+
+
+class Doorbell:
+    def __init__(self, subjects: Sequence[str]) -> None:
+        self.subjects = list(subjects)
+        self.rang = threading.Event()  # set on the connection's loop, waited on by the planner
+        self._subs: list[Any] = []
+        self.armed_at = 0.0  # time.monotonic() when last armed
+
+    @property
+    def armed(self) -> bool:
+        return bool(self._subs) and not self.rang.is_set()
+
+    async def arm(self, nc: Any, timeout: float = 5.0) -> bool:
+        """Subscribe for one message unless already armed and not rung since. True when armed
+        just now: a message stored before the server held the interest rang nothing, so the
+        caller looks at the stream again before waiting."""
+        if self.armed:
+            return False
+        await self.disarm()
+        self.rang.clear()
+
+        async def ring(_msg: Any) -> None:
+            self.rang.set()
+
+        before = nc.last_error
+        nc.refusals_reported_by_subscriber.update(self.subjects)  # as DoorbellRefused, below
+        try:
+            for subject in self.subjects:
+                sub = await nc.subscribe(subject, cb=ring)
+                self._subs.append(sub)
+                await sub.unsubscribe(limit=1)  # the server drops the interest after one message
+            # The server holds the interest before the caller looks; it answers a refused
+            # subscription before this flush's PONG.
+            await nc.flush_in_order(timeout)
+        except BaseException:
+            await self.disarm()  # not armed: the next quiet plan tries again
+            refused = _refusal(nc, before)
+            if refused is not None:
+                raise DoorbellRefused(refused) from None
+            raise
+        refused = _refusal(nc, before)
+        if refused is not None:
+            await self.disarm()
+            raise DoorbellRefused(refused)
+        self.armed_at = time.monotonic()
+        return True
+
+    async def disarm(self) -> None:
+        subs, self._subs = self._subs, []
+        for sub in subs:
+            with contextlib.suppress(Exception):  # already gone after its message, or closed
+                await sub.unsubscribe()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether it rang within `timeout` seconds (from another thread than the loop's)."""
+        return self.rang.wait(timeout)

@@ -1,0 +1,263 @@
+"""The doorbell a caught-up copy's planner waits on (replicator.nats.doorbell), on a real server:
+it rings on the first message after it is armed and carries no more than that one."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from helpers import run
+from nats_servers import NatsCluster
+
+from replicator.nats.connect import open_connection
+from replicator.nats.doorbell import Doorbell
+
+
+def test_it_rings_once_on_the_first_message_and_carries_no_more(nats_server: NatsCluster) -> None:
+    async def go() -> None:
+        nc = await open_connection(nats_server.url)
+        publisher = await open_connection(nats_server.url)
+        bell = Doorbell(["reg.>", "other.*"])
+        try:
+            assert await bell.arm(nc)  # armed just now: the caller looks at the stream first
+            assert not await bell.arm(nc)  # still armed: nothing to do
+            assert not bell.rang.is_set()
+            await publisher.publish("unrelated", b"x")
+            await publisher.flush()
+            await asyncio.sleep(0.2)
+            assert not bell.rang.is_set()
+            for i in range(200):
+                await publisher.publish(f"reg.n{i}", b"x" * 1024)
+            await publisher.flush()
+            assert await asyncio.to_thread(bell.wait, 30)
+            await asyncio.sleep(0.3)
+            # The server dropped the interest after one message on each subject: none of the
+            # 200 reached this connection beyond the first.
+            assert nc.stats["in_msgs"] <= 1, nc.stats
+            assert await bell.arm(nc)  # rung: armed again for the next quiet spell
+            assert not bell.rang.is_set()
+            await publisher.publish("other.x", b"y")
+            await publisher.flush()
+            assert await asyncio.to_thread(bell.wait, 30), (nc.stats, nc.last_error)
+            await bell.disarm()
+        finally:
+            await publisher.close()
+            await nc.close()
+
+    run(go())
+
+
+def test_a_caught_up_plan_waits_for_the_next_message_instead_of_finding_nothing(
+    nats_server: NatsCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner's side (NatsJetStreamReader.latestOffset): with nothing new it waits on the
+    doorbell, and a message stored meanwhile is in the plan it returns, not in the next."""
+    import threading
+
+    from helpers import create_stream, publish
+
+    from replicator.options import ReaderOptions
+    from replicator.spark import datasource
+    from replicator.spark.datasource import NatsJetStreamReader
+
+    # A long wait, so a slow publish on a busy machine still lands within it: a ring ends the
+    # wait at once, and without one the plan would come back empty after it.
+    monkeypatch.setattr(datasource, "NEWS_WAIT_S", 10.0)
+    url = nats_server.url
+    run(create_stream(url, "LIVE", ["live.>"]))
+    run(publish(url, [("live.a", b"1", None)]))
+    reader = NatsJetStreamReader(ReaderOptions(url=url, stream="LIVE"))
+    try:
+        start = reader.initialOffset()
+        caught_up = reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert int(caught_up["seq"]) == 2  # the one message
+        assert reader.latestOffset(caught_up, reader.getDefaultReadLimit()) == caught_up  # armed now
+        later = threading.Timer(0.5, lambda: run(publish(url, [("live.b", b"2", None)])))
+        later.start()
+        try:
+            got = reader.latestOffset(caught_up, reader.getDefaultReadLimit())
+        finally:
+            later.join()
+        assert int(got["seq"]) == 3 and int(got["from"]) == 2, got
+    finally:
+        reader.stop()
+
+
+def test_a_doorbell_that_hears_nothing_of_a_growing_stream_is_given_up(
+    nats_server: NatsCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with an account that may not subscribe to the stream's subjects: plans go back to
+    asking the stream, rather than waiting on a bell that never rings."""
+    from helpers import create_stream, publish
+
+    from replicator.nats import doorbell
+    from replicator.options import ReaderOptions
+    from replicator.spark.datasource import DEAF_AFTER_PLANS, DEAF_AFTER_S, NatsJetStreamReader
+
+    class Deaf(doorbell.Doorbell):
+        """Hears what an account that may not subscribe to the stream's subjects hears."""
+
+        async def arm(self, nc: object, timeout: float = 5.0) -> bool:
+            heard, self.subjects = self.subjects, ["deaf.never"]
+            try:
+                return await super().arm(nc, timeout)
+            finally:
+                self.subjects = heard
+
+    monkeypatch.setattr(doorbell, "Doorbell", Deaf)
+    url = nats_server.url
+    run(create_stream(url, "DEAF", ["deaf.>"]))
+    reader = NatsJetStreamReader(ReaderOptions(url=url, stream="DEAF"))
+    try:
+        offset = reader.initialOffset()
+        limit = reader.getDefaultReadLimit()
+        assert reader.latestOffset(offset, limit) == offset  # nothing yet: armed
+        time.sleep(DEAF_AFTER_S)
+        for i in range(DEAF_AFTER_PLANS):
+            assert reader._bell is not None, f"given up after {i} plans"
+            run(publish(url, [(f"deaf.{i}", b"x", None)]))
+            offset = reader.latestOffset(offset, limit)  # news it did not ring for
+            # A sparse stream: quiet plans between the news count neither way.
+            assert reader.latestOffset(offset, limit) == offset
+        assert reader._bell is None and reader._bell_given_up
+    finally:
+        reader.stop()
+
+
+def test_plans_that_copy_nothing_never_give_the_doorbell_up(nats_server: NatsCluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A stopping query's plans (the stop file) are not news the bell missed: a clean stop
+    after a quiet spell warns of nothing."""
+    from helpers import create_stream
+
+    from replicator.options import ReaderOptions
+    from replicator.spark.datasource import DEAF_AFTER_PLANS, DEAF_AFTER_S, NatsJetStreamReader
+
+    url = nats_server.url
+    run(create_stream(url, "QUIET", ["quiet.>"]))
+    stop = tmp_path / "stopping"
+    reader = NatsJetStreamReader(ReaderOptions(url=url, stream="QUIET", stop_file=str(stop)))
+    try:
+        offset = reader.initialOffset()
+        limit = reader.getDefaultReadLimit()
+        assert reader.latestOffset(offset, limit) == offset  # armed
+        time.sleep(DEAF_AFTER_S)
+        stop.touch()
+        for _ in range(DEAF_AFTER_PLANS + 1):
+            assert reader.latestOffset(offset, limit) == offset
+        assert reader._bell is not None and not reader._bell_given_up
+    finally:
+        reader.stop()
+
+
+def test_a_stream_fed_from_other_streams_gets_no_doorbell_and_a_changed_stream_a_new_one(
+    nats_server: NatsCluster,
+) -> None:
+    """Messages a sourcing stream takes from others arrive on none of its subjects: its plans
+    keep asking. A stream whose subjects change gets a doorbell on the new ones."""
+    from helpers import create_stream
+    from nats.js.api import StreamConfig, StreamSource
+
+    from replicator.options import ReaderOptions
+    from replicator.spark.datasource import NatsJetStreamReader
+
+    url = nats_server.url
+    run(create_stream(url, "ORIGIN", ["origin.>"]))
+
+    async def make_fed() -> None:
+        nc = await open_connection(url)
+        try:
+            await nc.jetstream().add_stream(
+                StreamConfig(name="FED", subjects=["fed.>"], sources=[StreamSource(name="ORIGIN")])
+            )
+        finally:
+            await nc.close()
+
+    run(make_fed())
+    fed = NatsJetStreamReader(ReaderOptions(url=url, stream="FED"))
+    try:
+        offset = fed.initialOffset()
+        assert fed.latestOffset(offset, fed.getDefaultReadLimit()) == offset
+        assert fed._bell is None
+    finally:
+        fed.stop()
+
+    run(create_stream(url, "GROWS", ["grows.a"]))
+    reader = NatsJetStreamReader(ReaderOptions(url=url, stream="GROWS"))
+    try:
+        offset = reader.initialOffset()
+        limit = reader.getDefaultReadLimit()
+        assert reader.latestOffset(offset, limit) == offset
+        assert reader._bell is not None and reader._bell.subjects == ["grows.a"]
+
+        async def add_subject() -> None:
+            nc = await open_connection(url)
+            try:
+                await nc.jetstream().update_stream(
+                    StreamConfig(name="GROWS", subjects=["grows.a", "grows.b"])
+                )
+            finally:
+                await nc.close()
+
+        run(add_subject())
+        assert reader.latestOffset(offset, limit) == offset
+        assert reader._bell.subjects == ["grows.a", "grows.b"]
+    finally:
+        reader.stop()
+
+
+def test_a_user_that_may_not_subscribe_to_the_streams_subjects_polls_after_one_warning() -> None:
+    """The server refuses the doorbell's subscription (permissions): one warning naming the fix,
+    and plans ask the stream again instead of waiting on a bell that never rings."""
+    import logging
+
+    from helpers import create_stream
+    from nats_servers import nats_cluster
+
+    from replicator.options import ReaderOptions
+    from replicator.spark import datasource
+    from replicator.spark.datasource import NatsJetStreamReader
+
+    class Kept(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    # On the modules' own loggers (the planner's, and its connection's error callback): whatever
+    # another test in this process did to logging.
+    from replicator.nats import connect
+
+    kept = Kept()
+    loggers = [datasource.log, connect.log]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(kept)
+        logger.disabled = False
+        logger.setLevel(logging.WARNING)
+    users = (
+        'authorization { users: [{user: repl, password: pw, permissions: {subscribe: {deny: ["deny.>"]}}}] }'
+    )
+    try:
+        with nats_cluster(1, "perms", users, connect={"user": "repl", "password": "pw"}) as server:
+            url = server.url.replace("nats://", "nats://repl:pw@")
+            run(create_stream(url, "DENIED", ["deny.>"]))
+            reader = NatsJetStreamReader(ReaderOptions(url=url, stream="DENIED"))
+            try:
+                offset = reader.initialOffset()
+                limit = reader.getDefaultReadLimit()
+                for _ in range(3):
+                    assert reader.latestOffset(offset, limit) == offset
+                state = (reader._bell, reader._bell_given_up, reader._nc.last_error if reader._nc else None)
+                assert reader._bell is None and reader._bell_given_up, (state, kept.lines)
+            finally:
+                reader.stop()
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(kept)
+            logger.setLevel(level)
+    # One warning in all, and it names the fix.
+    assert len(kept.lines) == 1 and "deny.>" in kept.lines[0], kept.lines
+    assert "refused a subscription" in kept.lines[0] and "allow this user to subscribe" in kept.lines[0]
