@@ -1,7 +1,7 @@
 """`make bench` (latency): how long a copy takes to land once the replicator has caught up.
 
     .venv/bin/python -m bench.latency_bench [--go-binary PATH] [--trickle 3000] [--rate 100]
-        [--idle-seconds 20] [--spark-conf KEY=VALUE ...]
+        [--idle-seconds 20] [--spark-conf KEY=VALUE ...] [--sampled]
 
 For each replicator (ours; the Go Choria replicator too when its binary is given), on two fresh
 local nats-servers: a warm-up, then a trickle of `--trickle` 1 KB messages at `--rate`/s, then a
@@ -64,7 +64,9 @@ async def _trickle(url: str, kind: str, n: int, rate: float, stop: asyncio.Event
         for i in range(n):
             if stop is not None and stop.is_set():
                 break
-            await js.publish(f"reg.{kind}.{i}", json.dumps({"i": i, "pad": PAD}).encode())
+            await js.publish(
+                f"reg.{kind}.{i}", json.dumps({"i": i, "sender": f"{kind}-{i}", "pad": PAD}).encode()
+            )
             sent += 1
             await asyncio.sleep(max(0.0, t0 + (i + 1) / rate - time.monotonic()))
     finally:
@@ -77,7 +79,9 @@ async def _burst(url: str, n: int) -> None:
     js = nc.jetstream(publish_async_max_pending=4000)
     try:
         for i in range(n):
-            await js.publish_async(f"reg.bulk.{i}", json.dumps({"i": i, "pad": PAD}).encode())
+            await js.publish_async(
+                f"reg.bulk.{i}", json.dumps({"i": i, "sender": f"bulk-{i}", "pad": PAD}).encode()
+            )
         await js.publish_async_completed()
     finally:
         await nc.close()
@@ -136,14 +140,17 @@ def summary(xs: list[float]) -> dict[str, float]:
     return {"n": len(xs), "p50": q[49], "p99": q[98], "max": max(xs)}
 
 
-def _ours(spark_conf: dict[str, str]) -> Any:
+def _ours(spark_conf: dict[str, str], sampled: bool = False) -> Any:
     @contextmanager
     def copier(src: str, dst: str, work: Path) -> Iterator[tuple[str | None, int]]:
         cfg = work / "ours.yaml"
         port = free_port()
+        entry: dict[str, Any] = {"stream": STREAM, "source_url": src, "target_url": dst}
+        if sampled:
+            # Every message is a new sender's ("<kind>-<i>"), so every one is copied (as first seen).
+            entry.update(inspect_field="sender", inspect_duration="1h")
         cfg.write_text(yaml.safe_dump({"name": "lat", "state_store": str(work / "ours-state"), "monitor_port": port,
-                                       "spark_conf": spark_conf,
-                                       "streams": [{"stream": STREAM, "source_url": src, "target_url": dst}]}))  # fmt: skip
+                                       "spark_conf": spark_conf, "streams": [entry]}))  # fmt: skip
         rep = ReplicatorProcess(cfg, work / "ours.log").start()
         try:
             assert rep.proc is not None
@@ -221,11 +228,15 @@ def main() -> None:
         "--idle-seconds", type=float, default=20, help="caught up and idle: CPU measured this long"
     )
     ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="ours' spark_conf")
+    ap.add_argument(
+        "--sampled", action="store_true", help="ours samples (every message a new sender's, so all copied)"
+    )
     ap.add_argument("--out", default="reports/latency.json")
     args = ap.parse_args()
     spark_conf = dict(kv.split("=", 1) for kv in args.spark_conf)
     work = Path(tempfile.mkdtemp(prefix="sr-latency-"))
-    runs = [run_one("stream-replicator", _ours(spark_conf), args, work)]
+    label = "stream-replicator (sampled)" if args.sampled else "stream-replicator"
+    runs = [run_one(label, _ours(spark_conf, args.sampled), args, work)]
     if args.go_binary:
         runs.append(
             run_one("Choria stream-replicator (Go)", lambda s, d, w: _go(args.go_binary, s, d, w), args, work)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
 import struct
 from collections.abc import Callable
@@ -177,13 +178,16 @@ class ReplicatorClient(Client):
         subscription, so a message published from another connection went unheard. While the
         connection is being made again, nats-py's flush may return with no PONG: a doorbell
         armed then costs at most its wait (the reconnect sends its subscriptions again)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         if self._flush_queue is not None and self._flusher_task is not None and not self._flusher_task.done():
-            written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            written: asyncio.Future[None] = loop.create_future()
             await self._flush_queue.put(written)  # the flusher writes what is queued, then sets it
             await asyncio.wait_for(written, timeout)
         else:
             await self._flush_pending()  # no flusher: nats-py writes inline
-        await self.flush(max(1, round(timeout)))  # nats-py types it as whole seconds
+        # nats-py takes whole seconds: within a second of the deadline at most.
+        await self.flush(max(1, math.ceil(deadline - loop.time())))
 
     async def _process_pong(self) -> None:
         # A PONG answers the oldest PING. nats-py leaves a flush that timed out in that list,

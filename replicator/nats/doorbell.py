@@ -16,6 +16,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from replicator.subjects import subject_matches
+
+# What the planner's own requests and their replies travel on: a stream whose subjects cover
+# them (`>`) would ring the bell with every plan's own ask.
+_OWN_TRAFFIC = ("_INBOX.a.b", "$JS.API.STREAM.INFO.a", "$JS.API.DIRECT.GET.a")
+
+
+def hears_its_own_asks(subjects: Sequence[str]) -> bool:
+    return any(subject_matches(own, s) for s in subjects for own in _OWN_TRAFFIC)
+
 
 class DoorbellRefused(Exception):
     """The server refused the doorbell's subscriptions (no permission to subscribe to the
@@ -43,12 +53,13 @@ class Doorbell:
         self.rang = threading.Event()  # set on the connection's loop, waited on by the planner
         self._subs: list[Any] = []
         self.armed_at = 0.0  # time.monotonic() when last armed
+        self.disconnects_at_arm = 0  # the connection's count of lost connections then
 
     @property
     def armed(self) -> bool:
         return bool(self._subs) and not self.rang.is_set()
 
-    async def arm(self, nc: Any, timeout: float = 5.0) -> bool:
+    async def arm(self, nc: Any, timeout: float = 4.0) -> bool:
         """Subscribe for one message unless already armed and not rung since. True when armed
         just now: a message stored before the server held the interest rang nothing, so the
         caller looks at the stream again before waiting."""
@@ -81,6 +92,7 @@ class Doorbell:
             await self.disarm()
             raise DoorbellRefused(refused)
         self.armed_at = time.monotonic()
+        self.disconnects_at_arm = nc.disconnects
         return True
 
     async def disarm(self) -> None:

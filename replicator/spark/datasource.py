@@ -54,6 +54,8 @@ STANDBY_POLL_S = 0.1
 # A caught-up copy's plan waits this long at most for its doorbell (replicator.nats.doorbell)
 # before it tells Spark there is nothing new; a stop waits for it at most this long too.
 NEWS_WAIT_S = 0.2
+# A wait shorter than this is not worth arming for: Spark asks again 10 ms after an empty plan.
+MIN_NEWS_WAIT_S = 0.02
 # Plans in a row that found news the doorbell, armed over DEAF_AFTER_S before, did not ring for
 # before it is given up.
 DEAF_AFTER_PLANS = 3
@@ -136,7 +138,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
         self._bell: Any = None  # a Doorbell once the stream was caught up with
         self._bell_nc: Any = None  # the connection it listens on
         self._bell_given_up = False  # it heard nothing of a growing stream: polling
-        self._idle = False  # the last plan found nothing new to copy
+        # The last plan found nothing new: how long it may wait for news (0: it found some). A
+        # sampled entry's wait ends when its event-time clock is due to move.
+        self._idle_wait_s = 0.0
         self._news = False  # the last plan gave a batch to copy
         self._deaf = 0  # plans with news in a row that the armed doorbell did not ring for
 
@@ -163,6 +167,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return self._loop, self._nc
 
     def _info(self) -> Any:
+        from replicator.nats.doorbell import hears_its_own_asks
         from replicator.nats.jetstream import stream_info_and_time
 
         loop, nc = self._conn()
@@ -172,7 +177,8 @@ class NatsJetStreamReader(DataSourceStreamReader):
         self._direct = bool(info.config.allow_direct)
         # Messages a mirror or a sourcing stream takes from others arrive on no subject of its.
         fed = info.config.mirror is not None or bool(info.config.sources)
-        self._subjects = [] if fed else list(info.config.subjects or [])
+        subjects = list(info.config.subjects or [])
+        self._subjects = [] if fed or hears_its_own_asks(subjects) else subjects
         messages = int(info.state.messages)
         self._mean_bytes = int(info.state.bytes) / messages if messages else 0.0
         return info
@@ -199,9 +205,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.o.max_messages_per_batch)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        self._idle = self._news = False
+        self._idle_wait_s, self._news = 0.0, False
         offset = self._plan(start, limit)
-        if self._idle and self._news_after_waiting():
+        if self._idle_wait_s > 0 and self._news_after_waiting(self._idle_wait_s):
             offset = self._plan(start, limit)
         self._check_the_doorbell_hears()
         return offset
@@ -215,14 +221,19 @@ class NatsJetStreamReader(DataSourceStreamReader):
         if not self._news:
             return  # quiet plans between news say nothing of the bell: a sparse stream counts too
         # News the bell was armed for well before (not a message stored just before the arming,
-        # nor one the stream reported a moment before its ring arrived).
-        deaf = self._bell.armed and time.monotonic() - self._bell.armed_at > DEAF_AFTER_S
+        # nor one the stream reported a moment before its ring arrived), on a connection that
+        # has not been lost since (messages published while it was away rang nothing).
+        deaf = (
+            self._bell.armed
+            and time.monotonic() - self._bell.armed_at > DEAF_AFTER_S
+            and getattr(self._bell_nc, "disconnects", 0) == self._bell.disconnects_at_arm
+        )
         self._deaf = self._deaf + 1 if deaf else 0
         if self._deaf >= DEAF_AFTER_PLANS:
             log.warning(
                 "stream %s: it stores messages that a subscription to its subjects (%s) does not "
-                "hear (published another way, or no permission to subscribe?); asking the stream "
-                "for new messages every few ms instead",
+                "hear (published another way, written by the server itself, or no permission to "
+                "subscribe?); asking the stream for new messages every few ms instead",
                 self.stream,
                 ", ".join(self._bell.subjects),
             )
@@ -230,9 +241,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
                 self._loop.run(self._bell.disarm(), 5)
             self._bell, self._bell_given_up = None, True
 
-    def _news_after_waiting(self) -> bool:
-        """Nothing new to copy: whether to look again now, after waiting up to NEWS_WAIT_S for
-        a message on the stream's subjects (without subjects, a mirror's or a sourcing stream's,
+    def _news_after_waiting(self, wait_s: float) -> bool:
+        """Nothing new to copy: whether to look again now, after waiting up to `wait_s` for a
+        message on the stream's subjects (without subjects, a mirror's or a sourcing stream's,
         Spark's own polling serves)."""
         from replicator.nats.doorbell import Doorbell, DoorbellRefused
 
@@ -262,7 +273,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
         except Exception as e:  # the connection is failing: the next plan's ask will say so
             log.debug("stream %s: doorbell not armed (%s); polling", self.stream, e)
             return False
-        return bool(self._bell.wait(NEWS_WAIT_S))
+        return bool(self._bell.wait(wait_s))
 
     def _plan(self, start: dict, limit: ReadLimit) -> dict:
         if self.o.stop_file and os.path.exists(self.o.stop_file):
@@ -318,7 +329,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
         last = end - 1
         end = self.ramp.end(begin, end, cap)
         if end <= begin and not self.o.sampling:
-            self._idle = True
+            self._idle_wait_s = NEWS_WAIT_S
             return start
         if not self.o.sampling:
             # "from": where this batch starts, kept in Spark's offset log with its end so the
@@ -353,11 +364,15 @@ class NatsJetStreamReader(DataSourceStreamReader):
                 else int(time.time() * 1000) - CLOCK_TRAIL_MS
             )
             if end == begin and now - previous < self.o.sampling.clock_interval_ms:
-                return start  # nothing new, and too soon to move the clock
+                # Nothing new, and too soon to move the clock: wait for news until it is due.
+                due_s = (self.o.sampling.clock_interval_ms - (now - previous)) / 1000
+                self._idle_wait_s = min(NEWS_WAIT_S, due_s) if due_s >= MIN_NEWS_WAIT_S else 0.0
+                return start
             clock = now
         else:
             loop, nc = self._conn()
             clock = loop.run(message_time_ms(nc, self.stream, end - 1, bool(self._direct)), 30) or previous
+        self._news = end > begin
         return {"seq": end, "clock": max(previous, clock)}
 
     def reportLatestOffset(self) -> dict | None:

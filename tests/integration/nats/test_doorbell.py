@@ -84,6 +84,70 @@ def test_a_caught_up_plan_waits_for_the_next_message_instead_of_finding_nothing(
         reader.stop()
 
 
+def test_a_sampled_plan_waits_for_news_but_never_past_its_clocks_next_move(
+    nats_server: NatsCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sampled entry's plans move its event-time clock every clock_interval_ms even with
+    nothing new (timeouts are advised by that clock): its wait for the bell ends when the clock
+    is due, and a message published meanwhile is in the plan that waited."""
+    import threading
+
+    from helpers import create_stream, publish
+
+    from replicator.options import ReaderOptions, SamplingOptions
+    from replicator.spark import datasource
+    from replicator.spark.datasource import NatsJetStreamReader
+
+    # Waits for the bell far longer than the clock's interval: only the clock can end them early.
+    monkeypatch.setattr(datasource, "NEWS_WAIT_S", 30.0)
+    interval_ms = 1500
+    url = nats_server.url
+    run(create_stream(url, "SAMPLED", ["sampled.>"]))
+    run(publish(url, [("sampled.a", b'{"sender": "a"}', None)]))
+    sampling = SamplingOptions(inspect_field="sender", clock_interval_ms=interval_ms)
+    reader = NatsJetStreamReader(ReaderOptions(url=url, stream="SAMPLED", sampling=sampling))
+    try:
+        limit = reader.getDefaultReadLimit()
+        offset = reader.latestOffset(reader.initialOffset(), limit)
+        assert int(offset["seq"]) == 2 and offset["clock"] > 0, offset
+        # Nothing new: the plans wait for the bell, but the clock moves within its interval
+        # (and a busy machine's slack), never after the 30 s wait.
+        began = time.monotonic()
+        moved = offset
+        while moved == offset and time.monotonic() - began < 20:
+            moved = reader.latestOffset(offset, limit)
+        took = time.monotonic() - began
+        assert moved != offset and int(moved["seq"]) == 2 and moved["clock"] > offset["clock"], moved
+        assert took < 10, f"the clock moved {took:.1f} s after the last batch; its interval is 1.5 s"
+        assert reader._bell is not None, "a sampled entry waited on no doorbell"
+    finally:
+        reader.stop()
+
+    # A clock that moves once a minute: plans wait on the bell (30 s here), and a message
+    # published meanwhile ends the wait (a ring can come before the stream counts the message:
+    # the plans after it look again).
+    sampling = SamplingOptions(inspect_field="sender", clock_interval_ms=60_000)
+    reader = NatsJetStreamReader(ReaderOptions(url=url, stream="SAMPLED", sampling=sampling))
+    try:
+        offset = reader.latestOffset(reader.initialOffset(), limit)
+        assert int(offset["seq"]) == 2, offset
+        assert reader.latestOffset(offset, limit) == offset and reader._bell.armed  # armed now
+        began = time.monotonic()
+        later = threading.Timer(0.2, lambda: run(publish(url, [("sampled.b", b'{"sender": "b"}', None)])))
+        later.start()
+        try:
+            news = offset
+            while int(news["seq"]) == 2 and time.monotonic() - began < 25:
+                news = reader.latestOffset(offset, limit)
+        finally:
+            later.join()
+        took = time.monotonic() - began
+        assert int(news["seq"]) == 3, news
+        assert took < 10, f"the message was planned {took:.1f} s after it was published"
+    finally:
+        reader.stop()
+
+
 def test_a_doorbell_that_hears_nothing_of_a_growing_stream_is_given_up(
     nats_server: NatsCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
