@@ -176,18 +176,24 @@ class ReplicatorClient(Client):
         writes its PING straight to the socket, ahead of commands still queued for its flusher
         task (a SUB, an UNSUB): under load the PONG came back before the server held a new
         subscription, so a message published from another connection went unheard. While the
-        connection is being made again, nats-py's flush may return with no PONG: a doorbell
-        armed then costs at most its wait (the reconnect sends its subscriptions again)."""
+        connection is being made again nats-py's flush may return with no PONG: that raises
+        ConnectionReconnectingError, as does a flush begun then."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if not self.is_connected:
+            raise errors.ConnectionReconnectingError
         if self._flush_queue is not None and self._flusher_task is not None and not self._flusher_task.done():
             written: asyncio.Future[None] = loop.create_future()
-            await self._flush_queue.put(written)  # the flusher writes what is queued, then sets it
-            await asyncio.wait_for(written, timeout)
+            await asyncio.wait_for(
+                self._flush_queue.put(written), timeout
+            )  # the flusher sets it once written
+            await asyncio.wait_for(written, max(0.0, deadline - loop.time()))
         else:
             await self._flush_pending()  # no flusher: nats-py writes inline
         # nats-py takes whole seconds: within a second of the deadline at most.
         await self.flush(max(1, math.ceil(deadline - loop.time())))
+        if not self.is_connected:
+            raise errors.ConnectionReconnectingError
 
     async def _process_pong(self) -> None:
         # A PONG answers the oldest PING. nats-py leaves a flush that timed out in that list,

@@ -1,6 +1,6 @@
 """A one-shot signal that something was published on a stream's subjects.
 
-A caught-up copy's planner would otherwise ask the stream where it ends every few milliseconds
+A caught-up entry's planner would otherwise ask the stream where it ends every few milliseconds
 (Spark asks again 10 ms after a plan with nothing new): that polling costs CPU in the JVM, the
 planner and the server while nothing happens, and a new message still waits for the next ask.
 Armed, the doorbell holds a core subscription on each of the stream's subjects that the server
@@ -20,7 +20,13 @@ from replicator.subjects import subject_matches
 
 # What the planner's own requests and their replies travel on: a stream whose subjects cover
 # them (`>`) would ring the bell with every plan's own ask.
-_OWN_TRAFFIC = ("_INBOX.a.b", "$JS.API.STREAM.INFO.a", "$JS.API.DIRECT.GET.a")
+_OWN_TRAFFIC = (
+    "_INBOX.a",
+    "_INBOX.a.b",
+    "$JS.API.STREAM.INFO.a",
+    "$JS.API.DIRECT.GET.a",
+    "$JS.API.STREAM.MSG.GET.a",
+)
 
 
 def hears_its_own_asks(subjects: Sequence[str]) -> bool:

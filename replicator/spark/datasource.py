@@ -51,8 +51,9 @@ log = logging.getLogger(__name__)
 
 # A standby's query asks whether it leads this often (a file check): failover waits at most this.
 STANDBY_POLL_S = 0.1
-# A caught-up copy's plan waits this long at most for its doorbell (replicator.nats.doorbell)
-# before it tells Spark there is nothing new; a stop waits for it at most this long too.
+# A caught-up entry's plan waits this long at most for its doorbell (replicator.nats.doorbell)
+# before it tells Spark there is nothing new (a sampled entry's, at most until its clock is due);
+# a stop waits for it at most this long too.
 NEWS_WAIT_S = 0.2
 # A wait shorter than this is not worth arming for: Spark asks again 10 ms after an empty plan.
 MIN_NEWS_WAIT_S = 0.02
@@ -253,8 +254,15 @@ class NatsJetStreamReader(DataSourceStreamReader):
         try:
             loop, nc = self._conn()
             bell = self._bell
-            if bell is None or bell.subjects != self._subjects or self._bell_nc is not nc:
-                # New, or the stream's subjects or the connection changed: its interest is stale.
+            if (
+                bell is None
+                or bell.subjects != self._subjects
+                or self._bell_nc is not nc
+                or bell.disconnects_at_arm != nc.disconnects
+            ):
+                # New, or the stream's subjects or the connection changed, or the connection was
+                # lost since it was armed (a deaf bell the reconnect armed again would be
+                # counted by nothing): its interest is stale.
                 if bell is not None and self._bell_nc is nc:
                     loop.run(bell.disarm(), 5)
                 self._bell, self._bell_nc = Doorbell(self._subjects), nc

@@ -148,6 +148,42 @@ def test_a_sampled_plan_waits_for_news_but_never_past_its_clocks_next_move(
         reader.stop()
 
 
+def test_a_bell_armed_before_the_planners_connection_was_lost_is_armed_anew(
+    nats_server: NatsCluster,
+) -> None:
+    """nats-py subscribes again after a reconnect, so an armed bell would stay armed with
+    nothing counting whether it hears: once the connection was lost, the next quiet plan arms
+    a new one (and looks at the stream again, for what was published while it was away)."""
+    from helpers import create_stream
+
+    from harness.faultproxy import FaultProxy
+    from replicator.options import ReaderOptions
+    from replicator.spark.datasource import NatsJetStreamReader
+
+    run(create_stream(nats_server.url, "AWAY", ["away.>"]))
+    port = int(nats_server.url.split(",")[0].rsplit(":", 1)[1])
+    with FaultProxy(port) as link:
+        reader = NatsJetStreamReader(ReaderOptions(url=link.url, stream="AWAY"))
+        try:
+            offset = reader.initialOffset()
+            limit = reader.getDefaultReadLimit()
+            assert reader.latestOffset(offset, limit) == offset
+            first = reader._bell
+            assert first is not None and first.armed
+            link.cut()
+            time.sleep(0.5)
+            link.restore()
+            deadline = time.monotonic() + 30
+            while reader._nc.disconnects == 0 or not reader._nc.is_connected:
+                assert time.monotonic() < deadline, "the planner's connection did not come back"
+                time.sleep(0.1)
+            assert reader.latestOffset(offset, limit) == offset
+            assert reader._bell is not first and reader._bell.armed
+            assert reader._bell.disconnects_at_arm == reader._nc.disconnects
+        finally:
+            reader.stop()
+
+
 def test_a_doorbell_that_hears_nothing_of_a_growing_stream_is_given_up(
     nats_server: NatsCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,6 +14,7 @@ from replicator.nats.doorbell import hears_its_own_asks
         (["*.>"], True),
         (["_INBOX.>"], True),
         (["$JS.>"], True),
+        (["*.*"], True),  # a reply inbox: _INBOX.<id>
         (["reg.>", ">"], True),
         (["reg.>"], False),
         (["choria.node.*", "choria.facts.>"], False),
