@@ -2,9 +2,9 @@
 
 This is the one place that depends on nats-py's internals (`_process_msg`, `_process_pong`,
 `_send_command`, `_flush_queue`, `_max_payload`, and for a reconnect `_attempt_reconnect`,
-`_pending` and `_transport`); nats-py is pinned to 2.16.x. tests/unit/nats/test_client.py checks what goes
-over the wire against nats-py's own publish; tests/integration/nats/test_reconnect.py that
-nothing unsent crosses a reconnect.
+`_pending` and `_transport`); nats-py is pinned to 2.16.x. tests/unit/nats/test_client.py
+checks what goes over the wire against nats-py's own publish;
+tests/integration/nats/test_reconnect.py that nothing unsent crosses a reconnect.
 
 A raw subscription hands each message's wire bytes to a plain function, skipping the header
 dict, `Msg`, queue and callback task nats-py makes per message (over half the cost of reading a
@@ -33,6 +33,12 @@ from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, P
 from replicator.nats import wire
 
 log = logging.getLogger(__name__)
+
+# How nats-py reports the server's refusal of a subscription (it lowercases the server's -ERR):
+# 'nats: permissions violation for subscription to "a.>"'. A subscription limit's refusal says
+# 'maximum subscriptions exceeded'.
+SUBSCRIPTION_DENIED = "nats: permissions violation for subscription to "
+SUBSCRIPTIONS_EXCEEDED = "maximum subscriptions"
 
 # Called with (subject, reply, payload, raw header block or None) of each message.
 RawHandler = Callable[[bytes, bytes, bytes, bytes | None], None]
@@ -140,9 +146,8 @@ class ReplicatorClient(Client):
         self.refusals_reported_by_subscriber: set[str] = set()
 
     def refusal_reported_by_subscriber(self, e: BaseException) -> bool:
-        # nats-py lowercases the server's -ERR: 'nats: permissions violation for subscription to "a.>"'
         text = str(e)
-        return text.startswith("nats: permissions violation for subscription to ") and any(
+        return text.startswith(SUBSCRIPTION_DENIED) and any(
             f'"{subject.lower()}"' in text for subject in self.refusals_reported_by_subscriber
         )
 
@@ -183,10 +188,9 @@ class ReplicatorClient(Client):
         if not self.is_connected:
             raise errors.ConnectionReconnectingError
         if self._flush_queue is not None and self._flusher_task is not None and not self._flusher_task.done():
+            # The flusher writes what was queued before it, then sets it.
             written: asyncio.Future[None] = loop.create_future()
-            await asyncio.wait_for(
-                self._flush_queue.put(written), timeout
-            )  # the flusher sets it once written
+            await asyncio.wait_for(self._flush_queue.put(written), timeout)
             await asyncio.wait_for(written, max(0.0, deadline - loop.time()))
         else:
             await self._flush_pending()  # no flusher: nats-py writes inline

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from replicator.nats.client import SUBSCRIPTION_DENIED, SUBSCRIPTIONS_EXCEEDED
 from replicator.subjects import subject_matches
 
 # What the planner's own requests and their replies travel on: a stream whose subjects cover
@@ -45,12 +46,7 @@ def _refusal(nc: Any, before: BaseException | None) -> str | None:
     if err is None or err is before:
         return None
     text = str(err)
-    lowered = text.lower()
-    if (
-        "permissions violation" in lowered and "subscription" in lowered
-    ) or "maximum subscriptions" in lowered:
-        return text
-    return None
+    return text if text.startswith(SUBSCRIPTION_DENIED) or SUBSCRIPTIONS_EXCEEDED in text.lower() else None
 
 
 class Doorbell:

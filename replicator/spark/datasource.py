@@ -227,7 +227,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
         deaf = (
             self._bell.armed
             and time.monotonic() - self._bell.armed_at > DEAF_AFTER_S
-            and getattr(self._bell_nc, "disconnects", 0) == self._bell.disconnects_at_arm
+            and self._bell_nc.disconnects == self._bell.disconnects_at_arm
         )
         self._deaf = self._deaf + 1 if deaf else 0
         if self._deaf >= DEAF_AFTER_PLANS:
