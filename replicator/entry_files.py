@@ -62,3 +62,8 @@ def stopping_path(cfg: Config, s: StreamConfig) -> Path:
 def lease_path(cfg: Config, s: StreamConfig) -> Path:
     """A hot standby's query reads only while this file exists (ReaderOptions.lease_file)."""
     return entry_dir(cfg, s) / "leading.json"
+
+
+def clock_due_path(cfg: Config, s: StreamConfig) -> Path:
+    """When a sampled entry's clock next needs to move (replicator.spark.clock_due)."""
+    return entry_dir(cfg, s) / "clock-due.json"

@@ -38,8 +38,12 @@ class SamplingOptions:
     inspect_subject_token: int = 0
     inspect_force_field: str = ""
     sampling_buckets: int = DEFAULT_SAMPLING_BUCKETS
-    # While caught up, a batch runs this often even without messages, so time moves on.
+    # While caught up and without messages, a batch moves the clock when the sink's file says a
+    # sender's timeout or expiry is due (replicator.spark.clock_due), and at least every
+    # clock_max_idle_ms; without a file it can match, every clock_interval_ms.
     clock_interval_ms: int = 1_000
+    clock_due_file: str = ""
+    clock_max_idle_ms: int = 60_000
 
     def __post_init__(self) -> None:
         if not (self.inspect_field or self.inspect_header or self.inspect_subject_token):
@@ -48,12 +52,13 @@ class SamplingOptions:
             )
         _at_least(self, "sampling_buckets", 1)
         _at_least(self, "clock_interval_ms", 1)
+        _at_least(self, "clock_max_idle_ms", 1)
 
     @classmethod
-    def from_config(cls, s: StreamConfig) -> SamplingOptions:
+    def from_config(cls, s: StreamConfig, clock_due_file: str = "") -> SamplingOptions:
         return cls(
             s.inspect_field, s.inspect_header, s.inspect_subject_token, s.inspect_force_field,
-            sampling_buckets=s.sampling_buckets,
+            sampling_buckets=s.sampling_buckets, clock_due_file=clock_due_file,
         )  # fmt: skip
 
     def extractor(self) -> SenderExtractor:
@@ -116,12 +121,13 @@ class ReaderOptions:
         start_time: datetime | None = None,
         stop_file: str = "",
         lease_file: str = "",
+        clock_due_file: str = "",
     ) -> ReaderOptions:
         """A stream entry's options. `start_time`: where a new copy starts when the entry sets
         `start_time` or `start_delta` (resolved by the caller, once, at start)."""
         assert s.batch_max_messages is not None  # the config fills it in
         tls = s.source_tls
-        sampling = SamplingOptions.from_config(s) if s.sampling else None
+        sampling = SamplingOptions.from_config(s, clock_due_file) if s.sampling else None
         return cls(
             url=s.source_url,
             stream=s.stream,

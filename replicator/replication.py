@@ -23,6 +23,7 @@ from replicator.election import Election, election_key
 from replicator.entry_files import (
     INITIAL_OFFSET_FILE,
     checkpoint_location,
+    clock_due_path,
     crash_leftovers,
     entry_dir,
     inflight_path,
@@ -204,6 +205,7 @@ class StreamReplication:
                 self.loop,
                 SourceReader(self.reader_options()),  # asks the stream: "gone" is one clear error
                 self.sampling_params(),
+                str(clock_due_path(self.cfg, s)),
             )
         return True
 
@@ -309,7 +311,8 @@ class StreamReplication:
         options = ReaderOptions.from_config(self.s, min_start_sequence=floor + 1 if floor else 0,
                                          start_time=self._start_time,
                                          stop_file=str(stopping_path(self.cfg, self.s)),
-                                         lease_file=str(lease_path(self.cfg, self.s)) if self.hot_standby else "")  # fmt: skip
+                                         lease_file=str(lease_path(self.cfg, self.s)) if self.hot_standby else "",
+                                         clock_due_file=str(clock_due_path(self.cfg, self.s)))  # fmt: skip
         if options.start_at_end and self._end_at_start:
             options = dataclasses.replace(options, start_at_end=False, start_sequence=self._end_at_start)
         return options

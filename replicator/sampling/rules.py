@@ -285,8 +285,13 @@ class SenderTable:
     def advance(self, clock_ms: int, p: SamplingParams) -> list[Advisory]:
         """Move the clock: advise timeouts and expiries that fell due up to `clock_ms`."""
         self.clock_ms = clock = max(self.clock_ms, clock_ms)
+        advs = self._advise_silent(clock, p)
+        # After the expiries: one found late (the replicator was down) may be older than that.
         if self.expired:
             self.expired = {k: t for k, t in self.expired.items() if t > clock - FLEET_HISTORY_MS}
+        return advs
+
+    def _advise_silent(self, clock: int, p: SamplingParams) -> list[Advisory]:
         if not len(self.seen):
             return []
         advs: list[Advisory] = []
@@ -314,3 +319,16 @@ class SenderTable:
         if len(gone):
             self._rebuild([], [])
         return advs
+
+    def next_due_ms(self, p: SamplingParams) -> int | None:
+        """The earliest clock at which `advance` changes this table (a timeout or expiry falls
+        due, or a gone sender leaves the fleet history); None when no clock ever would. Until
+        then moving the clock without messages does nothing, so it need not be moved."""
+        due: list[int] = []
+        if len(self.seen):
+            due.append(int(self.seen.min()) + p.inspect_ms)  # expire (drop_late's 2x comes later)
+            if not self.warned.all():
+                due.append(int(self.seen[~self.warned].min()) + p.warn_ms)
+        if self.expired:
+            due.append(min(self.expired.values()) + FLEET_HISTORY_MS)
+        return min(due) if due else None

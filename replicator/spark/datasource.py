@@ -17,8 +17,8 @@ Sampling mode (`sampling=true` and a sender key): rows also carry `sender`, `for
 hash of the sender), `size` and `ts_ms`, and headers come as a JSON string. Each offset then
 also holds the batch's event-time clock: the time of its last message, or once the reader has
 caught up with the stream the time its leader read the stream at (STREAM.INFO's `ts`, less
-CLOCK_TRAIL_MS) (then a batch runs every `clock_interval_ms` even
-without new messages). Each batch carries one clock row (seq < 0) per bucket, so every bucket
+CLOCK_TRAIL_MS); without new messages a batch then moves it when a sender's timeout or expiry is
+due (replicator.spark.clock_due), at least every `clock_max_idle_ms`. Each batch carries one clock row (seq < 0) per bucket, so every bucket
 sees time move. The clock is in the checkpointed offset, so a replayed batch sees the same
 clock.
 """
@@ -371,17 +371,33 @@ class NatsJetStreamReader(DataSourceStreamReader):
                 if self._stream_time_ms is not None
                 else int(time.time() * 1000) - CLOCK_TRAIL_MS
             )
-            if end == begin and now - previous < self.o.sampling.clock_interval_ms:
-                # Nothing new, and too soon to move the clock: wait for news until it is due.
-                due_s = (self.o.sampling.clock_interval_ms - (now - previous)) / 1000
-                self._idle_wait_s = min(NEWS_WAIT_S, due_s) if due_s >= MIN_NEWS_WAIT_S else 0.0
-                return start
+            if end == begin:
+                wait_ms = self._ms_until_the_clock_moves(previous, now)
+                if wait_ms > 0:
+                    # Nothing new, and too soon to move the clock: wait for news until it is due.
+                    due_s = wait_ms / 1000
+                    self._idle_wait_s = min(NEWS_WAIT_S, due_s) if due_s >= MIN_NEWS_WAIT_S else 0.0
+                    return start
             clock = now
         else:
             loop, nc = self._conn()
             clock = loop.run(message_time_ms(nc, self.stream, end - 1, bool(self._direct)), 30) or previous
         self._news = end > begin
         return {"seq": end, "clock": max(previous, clock)}
+
+    def _ms_until_the_clock_moves(self, previous: int, now: int) -> int:
+        """How long a caught-up sampled entry without messages keeps its clock at `previous`:
+        until a sender's timeout or expiry is due, as the sink wrote after the batch that set
+        it, or clock_max_idle_ms; without a file that matches, clock_interval_ms."""
+        from replicator.spark.clock_due import read_clock_due
+
+        o = self.o.sampling
+        assert o is not None
+        due = read_clock_due(o.clock_due_file, previous) if o.clock_due_file else None
+        if due is None:
+            return o.clock_interval_ms - (now - previous)
+        wait = o.clock_max_idle_ms - (now - previous)
+        return wait if due.due_ms is None else min(wait, due.due_ms - now)
 
     def reportLatestOffset(self) -> dict | None:
         # Spark asks right after latestOffset, for its progress report: what that one found.

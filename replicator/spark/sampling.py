@@ -26,6 +26,7 @@ from replicator.nats.advisories import publish_advisories
 from replicator.sampling import state
 from replicator.sampling.rules import Message, SamplingParams
 from replicator.source_reader import SourceReader, SourceStreamGone
+from replicator.spark.clock_due import ClockDue, write_clock_due
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sink import BatchResult, OrderedSink, PublishError
 
@@ -38,12 +39,14 @@ log = logging.getLogger(__name__)
 # `event_id`: the payload's and the Nats-Msg-Id it is published with), and per bucket and
 # batch (kind stats: how many messages the bucket decided in `received`, their bytes in
 # `received_bytes` and the last one's sequence in `seq`; its senders in `size`, those advised
-# timed out in `warned`, and how many of the messages had no sender or were forced, in `unkeyed`
-# and `forced`; every bucket runs in every batch). Messages not copied have no row: most are not,
-# and each row costs Spark's conversions and the driver's collect.
+# timed out in `warned`, how many of the messages had no sender or were forced, in `unkeyed`
+# and `forced`, the batch's clock in `ts_ms`, and in `due_ms` the clock at which the bucket's
+# table next changes without messages, null for never; every bucket runs in every batch).
+# Messages not copied have no row: most are not, and each row costs Spark's conversions and the
+# driver's collect.
 OUTPUT_SCHEMA = (
     "kind STRING, seq BIGINT, subject STRING, ts_ms BIGINT, event_id STRING, data BINARY, size INT, "
-    "event STRING, unkeyed INT, forced INT, warned INT, received INT, received_bytes BIGINT"
+    "event STRING, unkeyed INT, forced INT, warned INT, received INT, received_bytes BIGINT, due_ms BIGINT"
 )
 # A bucket's sender table, encoded by replicator.sampling.state.
 STATE_SCHEMA = "table BINARY"
@@ -115,6 +118,7 @@ def bucket_function(
                 "warned": [*no_row, int(table.warned.sum())],
                 "received": [*no_row, len(msgs)],
                 "received_bytes": [*no_row, int(sizes.sum())],
+                "due_ms": pd.array([*no_row, table.next_due_ms(p)], dtype="Int64"),
             }
         )
 
@@ -173,12 +177,18 @@ class DecidedBatch:
     last_seq: int
     """The batch's last message (-1 without one): everything up to it is handled once the copies
     are published."""
+    clock_ms: int | None = None
+    """The batch's event-time clock (None: no bucket ran)."""
+    due_ms: int | None = None
+    """The earliest clock at which some bucket's table changes without messages (None: never)."""
 
     @classmethod
     def of(cls, table: pa.Table) -> DecidedBatch:
         kinds = table.column("kind")
         stats = table.filter(pc.equal(kinds, KIND_STATS))
         last = pc.max(stats.column("seq")).as_py() if stats.num_rows else None
+        clock = pc.max(stats.column("ts_ms")).as_py() if stats.num_rows else None
+        due = pc.min(stats.column("due_ms")).as_py() if stats.num_rows else None
         return cls(
             copies=sorted(table.filter(pc.equal(kinds, KIND_COPY)).column("seq").to_pylist()),
             advisories=table.filter(pc.equal(kinds, KIND_ADVISORY)).sort_by(
@@ -188,6 +198,8 @@ class DecidedBatch:
             received=int(pc.sum(stats.column("received")).as_py() or 0),
             received_bytes=int(pc.sum(stats.column("received_bytes")).as_py() or 0),
             last_seq=int(last) if last is not None else -1,
+            clock_ms=int(clock) if clock is not None else None,
+            due_ms=int(due) if due is not None else None,
         )
 
 
@@ -200,12 +212,14 @@ class SamplingSink:
         loop: LoopThread,
         source: SourceReader,
         p: SamplingParams,
+        clock_due_file: str = "",
     ) -> None:
         self.ordered = ordered
         self.loop = loop
         # On a connection of its own to the source: advisories out, copies' payloads in.
         self.source = source
         self.p = p
+        self.clock_due_file = clock_due_file
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -251,6 +265,10 @@ class SamplingSink:
         m.forced.labels(LIMITER, lab.stream, lab.replicator).inc(
             int(pc.sum(stats.column("forced")).as_py() or 0)
         )
+        if self.clock_due_file and decided.clock_ms is not None:
+            # Last, once the batch's copies and advisories are out: the planner moves the clock
+            # next when this says (replicator.spark.clock_due).
+            write_clock_due(self.clock_due_file, ClockDue(decided.clock_ms, decided.due_ms))
         result.seconds = time.monotonic() - started
         self.ordered.account(result)
         self.ordered.log.debug("batch %d: %d messages, %d copied, %d advisories", batch_id, result.received,

@@ -310,6 +310,38 @@ def test_kill_9_and_a_backlog_longer_than_warn_give_no_false_timeouts_and_nothin
         assert "tracked senders" in out.stdout.splitlines()[0]
 
 
+def test_an_idle_sampled_entry_moves_its_clock_only_when_a_sender_falls_due(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """A batch with nothing but the clock runs every bucket's stateful function (~0.8 s of
+    work): a caught-up entry with no messages moves its clock when a sender's timeout or expiry
+    is due, not every second, and those advisories keep their exact times."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", SUBJECTS))
+    run(create_stream(src, "ADV", ["choria.adv.>"]))
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)])
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        items = [
+            (f"{SUBJECTS[0][:-1]}n{i}", json.dumps({"sender": f"n{i}"}).encode(), None) for i in range(4)
+        ]
+        run(publish(src, items))
+        # new, then timeout 3 s later, then expire 6 s later: each sender's last advisory.
+        want_copied, want_advs = settle_expected(src, dst, rep)
+        assert Counter(e for _, e, _ in want_advs) == {"new": 4, "timeout": 4, "expire": 4}
+        # Nobody is left to fall due (the fleet history's hour aside): no batch runs.
+        before = scrape(rep.metrics_url)["batches"]
+        time.sleep(4)
+        idle = scrape(rep.metrics_url)["batches"] - before
+    finally:
+        assert rep.stop() == 0, rep.output()
+    copied, advs, _ = got(src, dst, "REG", "ADV", "dc1")
+    assert copied == want_copied and advs == want_advs  # exact event times, each once
+    assert idle == 0, f"{idle:.0f} batches ran in 4 s with no sender due"
+    assert (tmp_path / "state" / "REG_dc1" / "clock-due.json").is_file()
+
+
 def test_admin_state_lists_tracked_senders_from_the_checkpoint(
     source_server, nats_server, tmp_path: Path
 ) -> None:

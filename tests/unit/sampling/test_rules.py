@@ -240,3 +240,37 @@ def test_senders_gone_are_remembered_for_the_fleet_history_only() -> None:
     _, _, t = run([Message(1, "c", 0, 1000)], 0)
     run([], 2 * P.inspect_ms, dataclasses.replace(P, drop_late=True), t)  # forgotten unadvised
     assert t.expired == {"c": 2 * P.inspect_ms}
+
+
+@settings(max_examples=300, deadline=None)
+@given(events, st.integers(0, 5000), st.booleans())
+def test_the_next_due_clock_is_the_first_that_changes_the_table(evts, tail, drop_late) -> None:
+    """A caught-up sampled entry moves its clock only when it is due (the sink tells the
+    planner): before the due time no clock changes the table, at it one does."""
+    p = SamplingParams(inspect_ms=3600 * S, warn_ms=1800 * S, stream="R", drop_late=drop_late)
+    msgs, t = [], 0
+    for seq, (sender, dt, size, force) in enumerate(evts, start=1):
+        t += dt * S
+        msgs.append(Message(seq, None if sender == 7 else f"node{sender}", t, size, force))
+    table = SenderTable()
+    table.process(msgs, t + tail * S, p)
+    due = table.next_due_ms(p)
+
+    def moved_to(clock: int) -> tuple[list[Advisory], SenderTable]:
+        copy = state.decode(state.encode(table))
+        return copy.advance(clock, p), copy
+
+    if due is None:  # nobody tracked or remembered: no clock ever changes it
+        assert len(table) == 0 and not table.expired
+        advs, later = moved_to(t + 100 * FLEET_HISTORY)
+        assert advs == [] and len(later) == 0 and not later.expired
+        return
+    assert due > table.clock_ms
+    advs, before = moved_to(due - 1)
+    assert advs == [] and before.keys == table.keys and before.expired == table.expired
+    assert list(before.warned) == list(table.warned)
+    advs, at = moved_to(due)
+    assert advs or at.expired != table.expired, "the due clock changed nothing"
+
+
+FLEET_HISTORY = rules.FLEET_HISTORY_MS

@@ -9,12 +9,12 @@ from replicator.spark.sampling import KIND_ADVISORY, KIND_COPY, KIND_STATS, Deci
 
 SCHEMA = pa.schema(
     [("kind", pa.string()), ("seq", pa.int64()), ("ts_ms", pa.int64()), ("event", pa.string()),
-     ("received", pa.int32()), ("received_bytes", pa.int64())]
+     ("received", pa.int32()), ("received_bytes", pa.int64()), ("due_ms", pa.int64())]
 )  # fmt: skip
 
 
 def rows(*r: tuple) -> pa.Table:
-    return pa.Table.from_pylist([dict(zip(SCHEMA.names, x, strict=True)) for x in r], SCHEMA)
+    return pa.Table.from_pylist([dict(zip(SCHEMA.names, (*x, None)[:7], strict=True)) for x in r], SCHEMA)
 
 
 def test_a_batch_is_handled_up_to_its_last_message_across_buckets_copies_ascending() -> None:
@@ -35,3 +35,15 @@ def test_a_batch_is_handled_up_to_its_last_message_across_buckets_copies_ascendi
 def test_a_batch_of_clock_rows_only_has_nothing_to_handle() -> None:
     batch = DecidedBatch.of(rows((KIND_STATS, -1, 9, None, 0, 0), (KIND_STATS, -1, 9, None, 0, 0)))
     assert (batch.copies, batch.received, batch.received_bytes, batch.last_seq) == ([], 0, 0, -1)
+
+
+def test_the_clock_is_due_to_move_when_the_first_bucket_says() -> None:
+    batch = DecidedBatch.of(rows(
+        (KIND_STATS, -1, 9, None, 0, 0, 500),
+        (KIND_STATS, -1, 9, None, 0, 0, None),  # a bucket nothing will change
+        (KIND_STATS, -1, 9, None, 0, 0, 120),
+        (KIND_ADVISORY, -1, 6, "timeout", None, None, None),
+    ))  # fmt: skip
+    assert (batch.clock_ms, batch.due_ms) == (9, 120)
+    quiet = DecidedBatch.of(rows((KIND_STATS, -1, 9, None, 0, 0, None)))
+    assert (quiet.clock_ms, quiet.due_ms) == (9, None)
