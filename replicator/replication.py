@@ -377,6 +377,9 @@ class StreamReplication:
         files = open_checkpoint(ckpt, spark)
         entry_dir(self.cfg, self.s).mkdir(parents=True, exist_ok=True)
         stopping_path(self.cfg, self.s).unlink(missing_ok=True)  # left by a stop that was cut short
+        # Computed with the last run's durations, which the config may have changed since: the
+        # first batch writes it anew (until then the clock moves every second).
+        clock_due_path(self.cfg, self.s).unlink(missing_ok=True)
         for leftover in crash_leftovers(files):
             files.delete(leftover)
             self.log.info("removed %s, a log file half-written when the last run was killed", leftover)
