@@ -205,7 +205,6 @@ class StreamReplication:
                 self.loop,
                 SourceReader(self.reader_options()),  # asks the stream: "gone" is one clear error
                 self.sampling_params(),
-                str(clock_due_path(self.cfg, s)),
             )
         return True
 

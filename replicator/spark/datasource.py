@@ -18,8 +18,8 @@ hash of the sender), `size` and `ts_ms`, and headers come as a JSON string. Each
 also holds the batch's event-time clock: the time of its last message, or once the reader has
 caught up with the stream the time its leader read the stream at (STREAM.INFO's `ts`, less
 CLOCK_TRAIL_MS); without new messages a batch then moves it when a sender's timeout or expiry is
-due (replicator.spark.clock_due), at least every `clock_max_idle_ms`. Each batch carries one clock row (seq < 0) per bucket, so every bucket
-sees time move. The clock is in the checkpointed offset, so a replayed batch sees the same
+due (replicator.spark.clock_due), at least every `clock_max_idle_ms`. Each batch carries one
+clock row (seq < 0) per bucket, so every bucket sees time move. The clock is in the checkpointed offset, so a replayed batch sees the same
 clock.
 """
 

@@ -212,14 +212,14 @@ class SamplingSink:
         loop: LoopThread,
         source: SourceReader,
         p: SamplingParams,
-        clock_due_file: str = "",
     ) -> None:
         self.ordered = ordered
         self.loop = loop
         # On a connection of its own to the source: advisories out, copies' payloads in.
         self.source = source
         self.p = p
-        self.clock_due_file = clock_due_file
+        # Where the planner reads when the clock next needs to move: the same options as its.
+        self.clock_due_file = source.o.sampling.clock_due_file if source.o.sampling else ""
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
