@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from helpers import run
@@ -146,6 +147,50 @@ def test_a_sampled_plan_waits_for_news_but_never_past_its_clocks_next_move(
         assert took < 10, f"the message was planned {took:.1f} s after it was published"
     finally:
         reader.stop()
+
+
+def test_a_sampled_plan_moves_its_clock_when_the_sink_says_a_sender_is_due_and_at_least_every_max_idle(
+    nats_server: NatsCluster, tmp_path: Any
+) -> None:
+    """With the sink's file for the batch that set the clock (replicator.spark.clock_due), the
+    planner keeps the clock until the due time, and moves it at least every clock_max_idle_ms
+    when nothing is due; a file written after another batch is not trusted."""
+    from helpers import create_stream, publish
+
+    from replicator.options import ReaderOptions, SamplingOptions
+    from replicator.spark.clock_due import ClockDue, write_clock_due
+    from replicator.spark.datasource import NatsJetStreamReader
+
+    url, due_file = nats_server.url, str(tmp_path / "clock-due.json")
+    run(create_stream(url, "DUE", ["due.>"]))
+    run(publish(url, [("due.a", b'{"sender": "a"}', None)]))
+
+    def plans_until_the_clock_moves(max_idle_ms: int, due: Any) -> tuple[dict, float]:
+        sampling = SamplingOptions(
+            inspect_field="sender", clock_due_file=due_file, clock_max_idle_ms=max_idle_ms
+        )
+        reader = NatsJetStreamReader(ReaderOptions(url=url, stream="DUE", sampling=sampling))
+        try:
+            limit = reader.getDefaultReadLimit()
+            offset = reader.latestOffset(reader.initialOffset(), limit)
+            write_clock_due(due_file, due(offset["clock"]))
+            began, moved = time.monotonic(), offset
+            while moved == offset and time.monotonic() - began < 30:
+                moved = reader.latestOffset(offset, limit)
+            assert int(moved["seq"]) == 2 and moved["clock"] > offset["clock"], moved
+            return offset, time.monotonic() - began
+        finally:
+            reader.stop()
+
+    # Nothing ever due: the clock moves after clock_max_idle_ms (4 s), not every second.
+    _, took = plans_until_the_clock_moves(4000, lambda clock: ClockDue(clock, None))
+    assert 3.5 < took < 20, f"the clock moved after {took:.1f} s; clock_max_idle_ms is 4 s"
+    # A sender due 3 s after the batch's clock: moved then, long before a minute.
+    _, took = plans_until_the_clock_moves(60_000, lambda clock: ClockDue(clock, clock + 3000))
+    assert 2.5 < took < 20, f"the clock moved after {took:.1f} s; a sender was due after 3 s"
+    # Written after another batch: ignored, so the clock moves every clock_interval_ms (1 s).
+    _, took = plans_until_the_clock_moves(60_000, lambda clock: ClockDue(clock - 1, None))
+    assert took < 20, f"the clock moved after {took:.1f} s; its interval is 1 s"
 
 
 def test_a_bell_armed_before_the_planners_connection_was_lost_is_armed_anew(
