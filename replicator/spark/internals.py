@@ -117,6 +117,21 @@ def gateway_started() -> bool:
     return SparkContext._gateway is not None
 
 
+def jvm_class_loads(name: str) -> bool:
+    """Whether the launched JVM (before its SparkContext) loads class `name` from its class path."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return False
+    try:
+        gateway.jvm.java.lang.Class.forName(name)
+    except Py4JJavaError:
+        return False
+    return True
+
+
 def launch_gateway(conf: SparkConf, popen_kwargs: dict[str, Any]) -> None:
     """Start Spark's JVM with `popen_kwargs` for its process (`pyspark.java_gateway.launch_gateway`,
     which takes them since 3.x) and make it the one every SparkContext of this process uses.

@@ -10,12 +10,15 @@ the cache directory beside the JVM's class archive (`make install` does it first
 finds none builds it). Without javac, Spark runs with Hadoop's own classes, as before.
 
 The jar joins the JVM's class path through SPARK_DIST_CLASSPATH, which Spark's launcher puts
-after its own jars: the class archive, dumped with those jars, still matches (a JVM uses one
-only when its dump-time class path is a prefix of the run's).
+after its own jars. The class archive is dumped without it, so a rebuilt jar never invalidates
+the archive (a JVM uses one only when its dump-time class path is a prefix of the run's). The
+launched JVM is asked whether it loads the classes before a session names them (a spark-env.sh
+that sets SPARK_DIST_CLASSPATH replaces ours): if it does not, Hadoop's classes are used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -23,6 +26,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from replicator.spark.jvm import cache_dir, java_binary
@@ -34,6 +38,10 @@ SOURCES = Path(__file__).with_name("java")
 # (Hadoop's checksummed LocalFileSystem, the class Spark's RocksDB state store asks for).
 RAW_CLASS = "streamreplicator.hadoop.NioRawLocalFileSystem"
 CHECKSUMMED_CLASS = "streamreplicator.hadoop.NioLocalFileSystem"
+OUR_CLASSES = (RAW_CLASS, CHECKSUMMED_CLASS)
+# What each falls back to when the JVM cannot load it (None: Hadoop's default, checksummed).
+HADOOPS_CLASS = {RAW_CLASS: "org.apache.hadoop.fs.RawLocalFileSystem", CHECKSUMMED_CLASS: None}
+_FILE_IMPL = "spark.hadoop.fs.file.impl"
 _DIST_CLASSPATH = "SPARK_DIST_CLASSPATH"
 
 
@@ -69,14 +77,33 @@ def jar_path() -> Path | None:
     return cache_dir() / f"nio-localfs-{key.hexdigest()[:16]}.jar"
 
 
+def _holds_the_classes(jar: Path) -> bool:
+    """A whole jar with both classes (a build cut short by a crash leaves no such file)."""
+    wanted = {f"{name.replace('.', '/')}.class" for name in OUR_CLASSES}
+    try:
+        with zipfile.ZipFile(jar) as z:
+            return wanted <= set(z.namelist()) and z.testzip() is None
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _failure_note(target: Path) -> Path:
+    return target.with_name(f"{target.name}.failed")
+
+
 def build_jar() -> Path:
-    """Compile the classes and write the jar in place (aside, then renamed: concurrent builds
-    each write a whole one). Raises RuntimeError with the reason when it cannot."""
-    target = jar_path()
-    javac = _javac()
+    """Compile the classes and write the jar in place (synced aside, then renamed: concurrent
+    builds each write a whole one). Raises RuntimeError with the reason when it cannot."""
+    if java_binary() is None:
+        raise RuntimeError("no java found: set JAVA_HOME or put a JDK 17+ on PATH")
+    target, javac = jar_path(), _javac()
     if target is None or javac is None:
         raise RuntimeError("no javac found: install a JDK 17+ (not only a JRE) or set JAVA_HOME to one")
     target.parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(target.parent, os.W_OK):
+        raise RuntimeError(
+            f"{target.parent} is not writable: set STREAM_REPLICATOR_CACHE to a directory that is"
+        )
     with tempfile.TemporaryDirectory(prefix="sr-localfs-") as work:
         classes = Path(work) / "classes"
         done = subprocess.run(
@@ -88,25 +115,44 @@ def build_jar() -> Path:
         )
         if done.returncode != 0:
             raise RuntimeError(f"javac failed to compile {SOURCES}: {done.stderr.strip()[-2000:]}")
-        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-        with zipfile.ZipFile(partial, "w") as jar:
-            for cls in sorted(classes.rglob("*.class")):
-                jar.write(cls, cls.relative_to(classes).as_posix())
-        os.replace(partial, target)
+        fd, partial_name = tempfile.mkstemp(dir=target.parent, prefix=f"{target.name}.", suffix=".partial")
+        partial = Path(partial_name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                with zipfile.ZipFile(out, "w") as jar:
+                    for cls in sorted(classes.rglob("*.class")):
+                        jar.write(cls, cls.relative_to(classes).as_posix())
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+    _failure_note(target).unlink(missing_ok=True)
     return target
 
 
 def ready_jar(build: bool = True) -> Path | None:
-    """The jar, built first if it is missing and `build` (None: it cannot be, which is logged)."""
-    target = jar_path()
-    if target is not None and target.is_file():
-        return target
-    if not build:
-        return None
+    """The jar, built first if it is missing and `build`; None where it cannot be (logged, and
+    noted beside it so that later starts do not run javac again: delete the note to retry)."""
+    target: Path | None = None
     try:
+        target = jar_path()
+        if target is None:
+            return None
+        if target.is_file() and _holds_the_classes(target):
+            return target
+        note = _failure_note(target)
+        if not build:
+            return None
+        if note.is_file():
+            log.info("checkpoint files keep Hadoop's forked chmod (%s)", note.read_text().strip())
+            return None
         built = build_jar()
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         log.info("checkpoint files keep Hadoop's forked chmod (%s)", e)
+        if target is not None:
+            with contextlib.suppress(OSError):
+                _failure_note(target).write_text(f"{e}; delete {_failure_note(target)} to try again\n")
         return None
     log.info("built %s (checkpoint files without a forked chmod each)", built)
     return built
@@ -114,7 +160,23 @@ def ready_jar(build: bool = True) -> Path | None:
 
 def local_fs_conf(raw: bool) -> dict[str, str]:
     """The Spark settings that make `file:` paths use the jar's classes; `raw`: no `.crc` files."""
-    return {"spark.hadoop.fs.file.impl": RAW_CLASS if raw else CHECKSUMMED_CLASS}
+    return {_FILE_IMPL: RAW_CLASS if raw else CHECKSUMMED_CLASS}
+
+
+def for_the_launched_jvm(settings: dict[str, str], loads: Callable[[str], bool]) -> dict[str, str]:
+    """`settings`, with Hadoop's class instead of ours where the launched JVM cannot load ours
+    (`loads`: whether it can load a class by name)."""
+    named = settings.get(_FILE_IMPL)
+    if named not in OUR_CLASSES or loads(named):
+        return settings
+    log.warning(
+        "the JVM did not load %s (SPARK_DIST_CLASSPATH set by a spark-env.sh?): checkpoint files "
+        "keep Hadoop's forked chmod",
+        named,
+    )
+    rest = {k: v for k, v in settings.items() if k != _FILE_IMPL}
+    fallback = HADOOPS_CLASS[named]
+    return rest if fallback is None else {**rest, _FILE_IMPL: fallback}
 
 
 def add_to_launch_class_path(jar: Path) -> None:

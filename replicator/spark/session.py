@@ -17,9 +17,10 @@ from replicator.spark.internals import (
     CHECKPOINT_FILE_MANAGER,
     NO_CODEGEN_CONF,
     NO_DATA_SOURCE_LOOKUP,
+    jvm_class_loads,
     numpy_check_without_pandas,
 )
-from replicator.spark.localfs import add_to_launch_class_path, local_fs_conf, ready_jar
+from replicator.spark.localfs import add_to_launch_class_path, for_the_launched_jvm, local_fs_conf, ready_jar
 from replicator.spark.pyworker import worker_python
 from replicator.spark.session_args import SessionArgs
 
@@ -131,6 +132,7 @@ def build_session(
     else:
         settings = embedded_settings(args)
         launch_jvm(master, app_name, settings, quiet)
+    settings = for_the_launched_jvm(settings, jvm_class_loads)
     from pyspark.sql import SparkSession
 
     from replicator.spark.datasource import NatsJetStreamDataSource
@@ -150,14 +152,15 @@ def embedded_settings(args: SessionArgs) -> dict[str, str]:
     master, conf, driver_reads_all = args.master, args.conf, args.driver_reads_all
     # Embedded, with every batch read by the driver: see NO_CODEGEN_CONF, NO_PYTHON_DAEMON_CONF.
     embedded_driver_reads_all = driver_reads_all and master.startswith("local")
-    if master.startswith("local"):
-        # Checkpoint files without a forked chmod each (replicator.spark.localfs), where it builds.
-        jar = ready_jar()
-        if jar is not None:
-            add_to_launch_class_path(jar)
-            conf = {**local_fs_conf(raw=args.raw_local_checkpoints), **conf}
-        elif args.raw_local_checkpoints:
-            conf = {**RAW_LOCAL_CONF, **conf}
+    # Checkpoint files without a forked chmod each (replicator.spark.localfs), where it builds;
+    # not in the JVM that dumps the class archive, which must not depend on the jar.
+    local = master.startswith("local")
+    jar = ready_jar() if local and not args.create_class_archive else None
+    if jar is not None:
+        add_to_launch_class_path(jar)
+        conf = {**local_fs_conf(raw=args.raw_local_checkpoints), **conf}
+    elif args.raw_local_checkpoints and local:
+        conf = {**RAW_LOCAL_CONF, **conf}
     py = python_for_workers()
     # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and the
     # JVM's ~60 threads touch many: 2 arenas took ~90 MB off the JVM's RSS (one-off run).
