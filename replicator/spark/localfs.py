@@ -39,8 +39,11 @@ SOURCES = Path(__file__).with_name("java")
 RAW_CLASS = "streamreplicator.hadoop.NioRawLocalFileSystem"
 CHECKSUMMED_CLASS = "streamreplicator.hadoop.NioLocalFileSystem"
 OUR_CLASSES = (RAW_CLASS, CHECKSUMMED_CLASS)
-# What each falls back to when the JVM cannot load it (None: Hadoop's default, checksummed).
-HADOOPS_CLASS = {RAW_CLASS: "org.apache.hadoop.fs.RawLocalFileSystem", CHECKSUMMED_CLASS: None}
+# What each falls back to when the JVM cannot load it.
+HADOOPS_CLASS = {
+    RAW_CLASS: "org.apache.hadoop.fs.RawLocalFileSystem",
+    CHECKSUMMED_CLASS: "org.apache.hadoop.fs.LocalFileSystem",
+}
 _FILE_IMPL = "spark.hadoop.fs.file.impl"
 _DIST_CLASSPATH = "SPARK_DIST_CLASSPATH"
 
@@ -91,14 +94,25 @@ def _failure_note(target: Path) -> Path:
     return target.with_name(f"{target.name}.failed")
 
 
+def _javac_key() -> str:
+    """Which javac a note of a failed build is about: a JDK installed since is tried."""
+    javac = _javac()
+    return f"{javac}:{javac.stat().st_mtime_ns}" if javac is not None else "no javac"
+
+
+class BuildRefused(RuntimeError):
+    """The build cannot succeed with this javac (none, or it rejects the sources): worth noting,
+    unlike a timeout or a full disk, which the next start tries again."""
+
+
 def build_jar() -> Path:
     """Compile the classes and write the jar in place (synced aside, then renamed: concurrent
     builds each write a whole one). Raises RuntimeError with the reason when it cannot."""
     if java_binary() is None:
-        raise RuntimeError("no java found: set JAVA_HOME or put a JDK 17+ on PATH")
+        raise BuildRefused("no java found: set JAVA_HOME or put a JDK 17+ on PATH")
     target, javac = jar_path(), _javac()
     if target is None or javac is None:
-        raise RuntimeError("no javac found: install a JDK 17+ (not only a JRE) or set JAVA_HOME to one")
+        raise BuildRefused("no javac found: install a JDK 17+ (not only a JRE) or set JAVA_HOME to one")
     target.parent.mkdir(parents=True, exist_ok=True)
     if not os.access(target.parent, os.W_OK):
         raise RuntimeError(
@@ -114,10 +128,11 @@ def build_jar() -> Path:
             timeout=120,
         )
         if done.returncode != 0:
-            raise RuntimeError(f"javac failed to compile {SOURCES}: {done.stderr.strip()[-2000:]}")
+            raise BuildRefused(f"javac failed to compile {SOURCES}: {done.stderr.strip()[-2000:]}")
         fd, partial_name = tempfile.mkstemp(dir=target.parent, prefix=f"{target.name}.", suffix=".partial")
         partial = Path(partial_name)
         try:
+            os.fchmod(fd, 0o644)  # mkstemp's 0600 would keep other users (a service's) out
             with os.fdopen(fd, "wb") as out:
                 with zipfile.ZipFile(out, "w") as jar:
                     for cls in sorted(classes.rglob("*.class")):
@@ -132,8 +147,9 @@ def build_jar() -> Path:
 
 
 def ready_jar(build: bool = True) -> Path | None:
-    """The jar, built first if it is missing and `build`; None where it cannot be (logged, and
-    noted beside it so that later starts do not run javac again: delete the note to retry)."""
+    """The jar, built first if it is missing and `build`; None where it cannot be (logged). A
+    build this javac cannot do is noted beside the jar so that later starts do not run javac
+    again (until another javac is found, or the note is deleted)."""
     target: Path | None = None
     try:
         target = jar_path()
@@ -141,18 +157,22 @@ def ready_jar(build: bool = True) -> Path | None:
             return None
         if target.is_file() and _holds_the_classes(target):
             return target
-        note = _failure_note(target)
         if not build:
             return None
+        note = _failure_note(target)
         if note.is_file():
-            log.info("checkpoint files keep Hadoop's forked chmod (%s)", note.read_text().strip())
-            return None
+            key, _, why = note.read_text().partition("\n")
+            if key == _javac_key():
+                log.info("checkpoint files keep Hadoop's forked chmod (%s)", why.strip())
+                return None
         built = build_jar()
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         log.info("checkpoint files keep Hadoop's forked chmod (%s)", e)
-        if target is not None:
+        if isinstance(e, BuildRefused) and target is not None:
+            note = _failure_note(target)
             with contextlib.suppress(OSError):
-                _failure_note(target).write_text(f"{e}; delete {_failure_note(target)} to try again\n")
+                note.parent.mkdir(parents=True, exist_ok=True)
+                note.write_text(f"{_javac_key()}\n{e}; delete {note} to try again\n")
         return None
     log.info("built %s (checkpoint files without a forked chmod each)", built)
     return built
@@ -163,9 +183,16 @@ def local_fs_conf(raw: bool) -> dict[str, str]:
     return {_FILE_IMPL: RAW_CLASS if raw else CHECKSUMMED_CLASS}
 
 
+def for_the_launch(settings: dict[str, str]) -> dict[str, str]:
+    """`settings` without our class, for the JVM's command line: Spark copies that into the
+    JVM's system properties, where a later fallback could not undo it, and spark-submit opens
+    `file:` paths with it (`spark.jars`) before anything can check that the class loads."""
+    return {k: v for k, v in settings.items() if not (k == _FILE_IMPL and v in OUR_CLASSES)}
+
+
 def for_the_launched_jvm(settings: dict[str, str], loads: Callable[[str], bool]) -> dict[str, str]:
-    """`settings`, with Hadoop's class instead of ours where the launched JVM cannot load ours
-    (`loads`: whether it can load a class by name)."""
+    """`settings`, for the session in the launched JVM: with Hadoop's class instead of ours
+    where that JVM cannot load ours (`loads`: whether it loads a class by name)."""
     named = settings.get(_FILE_IMPL)
     if named not in OUR_CLASSES or loads(named):
         return settings
@@ -174,9 +201,7 @@ def for_the_launched_jvm(settings: dict[str, str], loads: Callable[[str], bool])
         "keep Hadoop's forked chmod",
         named,
     )
-    rest = {k: v for k, v in settings.items() if k != _FILE_IMPL}
-    fallback = HADOOPS_CLASS[named]
-    return rest if fallback is None else {**rest, _FILE_IMPL: fallback}
+    return {**settings, _FILE_IMPL: HADOOPS_CLASS[named]}
 
 
 def add_to_launch_class_path(jar: Path) -> None:

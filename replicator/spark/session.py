@@ -20,7 +20,13 @@ from replicator.spark.internals import (
     jvm_class_loads,
     numpy_check_without_pandas,
 )
-from replicator.spark.localfs import add_to_launch_class_path, for_the_launched_jvm, local_fs_conf, ready_jar
+from replicator.spark.localfs import (
+    add_to_launch_class_path,
+    for_the_launch,
+    for_the_launched_jvm,
+    local_fs_conf,
+    ready_jar,
+)
 from replicator.spark.pyworker import worker_python
 from replicator.spark.session_args import SessionArgs
 
@@ -279,7 +285,7 @@ def launch_jvm(master: str, app_name: str, settings: dict[str, str], quiet: bool
         if gateway_started():
             return
         conf = SparkConf().setMaster(master).setAppName(app_name)
-        for k, v in settings.items():
+        for k, v in for_the_launch(settings).items():
             conf.set(k, v)
         # Our own pipe, read from before the JVM starts: what it prints when it fails to start is
         # the reason, and must reach the log too.

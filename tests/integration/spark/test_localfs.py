@@ -57,7 +57,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
         jar = localfs.build_jar()
     finally:
         del os.environ["STREAM_REPLICATOR_CACHE"]
-    assert jar.parent == cache and jar.is_file()
+    assert jar.parent == cache and stat.S_IMODE(jar.stat().st_mode) == 0o644  # a service may read it
     return cache
 
 
@@ -132,12 +132,14 @@ def test_checkpoint_files_get_hadoops_modes_without_a_chmod_process(
     assert "0640" not in our_calls["setgid"]
 
 
-def test_a_jvm_that_cannot_load_the_classes_runs_hadoops(tmp_path: Path, built: Path) -> None:
+@pytest.mark.parametrize("raw", [True, False], ids=["copy-only", "sampled"])
+def test_a_jvm_that_cannot_load_the_classes_runs_hadoops(tmp_path: Path, built: Path, raw: bool) -> None:
     # A spark-env.sh that sets SPARK_DIST_CLASSPATH (as for a Spark without Hadoop) drops the jar.
     conf_dir = tmp_path / "spark-conf"
     conf_dir.mkdir()
     (conf_dir / "spark-env.sh").write_text("export SPARK_DIST_CLASSPATH=/nowhere\n")
-    seen, calls = run_driver(tmp_path / "run", built, True, {}, env={"SPARK_CONF_DIR": str(conf_dir)})
-    assert seen["class"] == "org.apache.hadoop.fs.RawLocalFileSystem"
-    assert f"the JVM did not load {localfs.RAW_CLASS}" in str(seen["stderr"])
-    assert calls["plain"].count("0640") == 5
+    seen, calls = run_driver(tmp_path / "run", built, raw, {}, env={"SPARK_CONF_DIR": str(conf_dir)})
+    assert seen["class"] == HADOOPS[raw]
+    ours = localfs.RAW_CLASS if raw else localfs.CHECKSUMMED_CLASS
+    assert f"the JVM did not load {ours}" in str(seen["stderr"])
+    assert calls["plain"].count("0640") >= 5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -69,14 +70,47 @@ def test_without_javac_a_start_keeps_hadoops_classes_says_why_and_does_not_try_a
         assert localfs.ready_jar() is None
     assert "no javac found: install a JDK 17+" in caplog.text
 
-    def javac_again() -> None:
+    def build_again() -> Path:
         raise AssertionError("a start after a failed build ran javac again")
 
-    monkeypatch.setattr(localfs, "_javac", javac_again)
+    monkeypatch.setattr(localfs, "build_jar", build_again)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger=localfs.__name__):
         assert localfs.ready_jar() is None
     assert "no javac found" in caplog.text and "to try again" in caplog.text
+
+
+def test_a_javac_installed_since_the_failed_build_is_tried(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(localfs, "_javac", lambda: None)
+    assert localfs.ready_jar() is None
+    javac = tmp_path / "javac"
+    javac.write_text("")
+    monkeypatch.setattr(localfs, "_javac", lambda: javac)
+    built = tmp_path / "built.jar"
+    monkeypatch.setattr(localfs, "build_jar", lambda: built)
+    assert localfs.ready_jar() == built
+
+
+def test_a_build_that_timed_out_is_tried_again_at_the_next_start(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def slow() -> Path:
+        raise subprocess.TimeoutExpired("javac", 120)
+
+    monkeypatch.setattr(localfs, "build_jar", slow)
+    assert localfs.ready_jar() is None
+    built = tmp_path / "built.jar"
+    monkeypatch.setattr(localfs, "build_jar", lambda: built)
+    assert localfs.ready_jar() == built
+
+
+def test_our_class_stays_off_the_jvms_command_line() -> None:
+    ours = {FILE_IMPL: localfs.RAW_CLASS, "spark.ui.enabled": "false"}
+    assert localfs.for_the_launch(ours) == {"spark.ui.enabled": "false"}
+    hadoops = {FILE_IMPL: "org.apache.hadoop.fs.RawLocalFileSystem"}
+    assert localfs.for_the_launch(hadoops) == hadoops
 
 
 def test_a_class_the_launched_jvm_cannot_load_gives_way_to_hadoops() -> None:
@@ -88,8 +122,11 @@ def test_a_class_the_launched_jvm_cannot_load_gives_way_to_hadoops() -> None:
         FILE_IMPL: "org.apache.hadoop.fs.RawLocalFileSystem",
         "spark.ui.enabled": "false",
     }
-    checksummed = {FILE_IMPL: localfs.CHECKSUMMED_CLASS, "spark.ui.enabled": "false"}
-    assert localfs.for_the_launched_jvm(checksummed, loads) == {"spark.ui.enabled": "false"}
+    # Named, not dropped: a setting left out could be taken from the JVM's system properties.
+    checksummed = {FILE_IMPL: localfs.CHECKSUMMED_CLASS}
+    assert localfs.for_the_launched_jvm(checksummed, loads) == {
+        FILE_IMPL: "org.apache.hadoop.fs.LocalFileSystem"
+    }
     assert localfs.for_the_launched_jvm(raw, lambda name: True) == raw
     users = {FILE_IMPL: "com.example.TheirFileSystem"}
     assert localfs.for_the_launched_jvm(users, loads) == users
