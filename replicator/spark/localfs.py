@@ -212,4 +212,9 @@ def add_to_launch_class_path(jar: Path) -> None:
 
 
 if __name__ == "__main__":  # `make install`: build it now rather than at the first start
-    print(f"Hadoop local file system without forked chmod: {build_jar()}")
+    import sys
+
+    try:
+        print(f"Hadoop local file system without forked chmod: {build_jar()}")
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        sys.exit(f"error: could not build the chmod-free local file system: {e}")

@@ -21,6 +21,8 @@ from replicator.spark.internals import (
     numpy_check_without_pandas,
 )
 from replicator.spark.localfs import (
+    HADOOPS_CLASS,
+    RAW_CLASS,
     add_to_launch_class_path,
     for_the_launch,
     for_the_launched_jvm,
@@ -78,7 +80,7 @@ DEFAULT_CONF: dict[str, str] = {
 # neither kind is synced to disk, so resume is as before. Everything else keeps the checksummed
 # file system: Spark's RocksDB state store and Hadoop's local buffers (s3a's uploads, YARN) ask
 # for that class and fail with any other.
-RAW_LOCAL_CONF: dict[str, str] = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"}
+RAW_LOCAL_CONF: dict[str, str] = {"spark.hadoop.fs.file.impl": HADOOPS_CLASS[RAW_CLASS]}
 
 # For an embedded process whose driver reads every batch itself (every entry copy-only): no task
 # of Spark's runs Python but in a batch the driver could not read, so its Python processes are
