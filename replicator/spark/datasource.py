@@ -32,7 +32,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
@@ -61,6 +61,11 @@ MIN_NEWS_WAIT_S = 0.02
 # before it is given up.
 DEAF_AFTER_PLANS = 3
 DEAF_AFTER_S = 1.0
+# A ring can come before the stream counts the message that rang it (the server hands a stream
+# its messages on a queue of its own, and a clustered stream counts one once its replicas
+# agreed): after a ring the plan asks again every RING_RECHECK_S for up to RING_SETTLE_S.
+RING_SETTLE_S = 0.1
+RING_RECHECK_S = 0.002
 
 SCHEMA_DDL = (
     "stream STRING, seq BIGINT, subject STRING, timestamp TIMESTAMP, headers MAP<STRING, STRING>, data BINARY"
@@ -208,10 +213,26 @@ class NatsJetStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self._idle_wait_s, self._news = 0.0, False
         offset = self._plan(start, limit)
-        if self._idle_wait_s > 0 and self._news_after_waiting(self._idle_wait_s):
-            offset = self._plan(start, limit)
+        if self._idle_wait_s > 0:
+            heard = self._news_after_waiting(self._idle_wait_s)
+            if heard == "rang":
+                offset = self._plan_after_the_ring(start, limit)
+            elif heard == "armed":
+                offset = self._plan(start, limit)
         self._check_the_doorbell_hears()
         return offset
+
+    def _plan_after_the_ring(self, start: dict, limit: ReadLimit) -> dict:
+        """The plan once the bell rang: the message that rang it is in it, not in the next
+        plan's, though the stream may count it a moment after the ring."""
+        settle_by = time.monotonic() + RING_SETTLE_S
+        while True:
+            self._idle_wait_s = 0.0
+            offset = self._plan(start, limit)
+            # Still nothing, and still a plan that would wait (not a stop, nor a clock now due).
+            if offset != start or self._idle_wait_s <= 0 or time.monotonic() >= settle_by:
+                return offset
+            time.sleep(RING_RECHECK_S)
 
     def _check_the_doorbell_hears(self) -> None:
         """A doorbell that stays armed while the stream grows is deaf (the account may not
@@ -242,15 +263,16 @@ class NatsJetStreamReader(DataSourceStreamReader):
                 self._loop.run(self._bell.disarm(), 5)
             self._bell, self._bell_given_up = None, True
 
-    def _news_after_waiting(self, wait_s: float) -> bool:
+    def _news_after_waiting(self, wait_s: float) -> Literal["rang", "armed", ""]:
         """Nothing new to copy: whether to look again now, after waiting up to `wait_s` for a
         message on the stream's subjects (without subjects, a mirror's or a sourcing stream's,
-        Spark's own polling serves)."""
+        Spark's own polling serves). "rang": a message was published on them; "armed": the bell
+        was armed just now, so one stored before rang nothing; "": neither."""
         from replicator.nats.doorbell import Doorbell, DoorbellRefused
 
         # The stream's subjects, not the entry's filter: a plan's news is the stream's.
         if self._bell_given_up or not self._subjects:
-            return False
+            return ""
         try:
             loop, nc = self._conn()
             bell = self._bell
@@ -267,7 +289,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
                     loop.run(bell.disarm(), 5)
                 self._bell, self._bell_nc = Doorbell(self._subjects), nc
             if loop.run(self._bell.arm(nc), 10):
-                return True  # armed just now: what was stored before rang nothing, so look
+                return "armed"  # armed just now: what was stored before rang nothing, so look
         except DoorbellRefused as e:
             log.warning(
                 "stream %s: the server refused a subscription to its subjects (%s): %s; asking the "
@@ -277,11 +299,11 @@ class NatsJetStreamReader(DataSourceStreamReader):
                 e,
             )
             self._bell, self._bell_given_up = None, True
-            return False
+            return ""
         except Exception as e:  # the connection is failing: the next plan's ask will say so
             log.debug("stream %s: doorbell not armed (%s); polling", self.stream, e)
-            return False
-        return bool(self._bell.wait(wait_s))
+            return ""
+        return "rang" if self._bell.wait(wait_s) else ""
 
     def _plan(self, start: dict, limit: ReadLimit) -> dict:
         if self.o.stop_file and os.path.exists(self.o.stop_file):
