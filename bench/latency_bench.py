@@ -1,7 +1,7 @@
 """`make bench` (latency): how long a copy takes to land once the replicator has caught up.
 
     .venv/bin/python -m bench.latency_bench [--go-binary PATH] [--trickle 3000] [--rate 100]
-        [--idle-seconds 20] [--spark-conf KEY=VALUE ...] [--sampled]
+        [--idle-seconds 20] [--spark-conf KEY=VALUE ...] [--sampled] [--entry KEY=VALUE ...]
 
 For each replicator (ours; the Go Choria replicator too when its binary is given), on two fresh
 local nats-servers: a warm-up, then a trickle of `--trickle` 1 KB messages at `--rate`/s, then a
@@ -140,7 +140,7 @@ def summary(xs: list[float]) -> dict[str, float]:
     return {"n": len(xs), "p50": q[49], "p99": q[98], "max": max(xs)}
 
 
-def _ours(spark_conf: dict[str, str], sampled: bool = False) -> Any:
+def _ours(spark_conf: dict[str, str], sampled: bool = False, extra: dict[str, Any] | None = None) -> Any:
     @contextmanager
     def copier(src: str, dst: str, work: Path) -> Iterator[tuple[str | None, int]]:
         cfg = work / "ours.yaml"
@@ -149,6 +149,7 @@ def _ours(spark_conf: dict[str, str], sampled: bool = False) -> Any:
         if sampled:
             # Every message is a new sender's ("<kind>-<i>"), so every one is copied (as first seen).
             entry.update(inspect_field="sender", inspect_duration="1h")
+        entry.update(extra or {})
         cfg.write_text(yaml.safe_dump({"name": "lat", "state_store": str(work / "ours-state"), "monitor_port": port,
                                        "spark_conf": spark_conf, "streams": [entry]}))  # fmt: skip
         rep = ReplicatorProcess(cfg, work / "ours.log").start()
@@ -231,12 +232,15 @@ def main() -> None:
     ap.add_argument(
         "--sampled", action="store_true", help="ours samples (every message a new sender's, so all copied)"
     )
+    ap.add_argument("--entry", action="append", default=[], metavar="KEY=VALUE",
+                    help="a key of ours' stream entry, its value as YAML (e.g. sampling_buckets=8)")  # fmt: skip
     ap.add_argument("--out", default="reports/latency.json")
     args = ap.parse_args()
     spark_conf = dict(kv.split("=", 1) for kv in args.spark_conf)
+    extra = {k: yaml.safe_load(v) for k, v in (e.split("=", 1) for e in args.entry)}
     work = Path(tempfile.mkdtemp(prefix="sr-latency-"))
     label = "stream-replicator (sampled)" if args.sampled else "stream-replicator"
-    runs = [run_one(label, _ours(spark_conf, args.sampled), args, work)]
+    runs = [run_one(label, _ours(spark_conf, args.sampled, extra), args, work)]
     if args.go_binary:
         runs.append(
             run_one("Choria stream-replicator (Go)", lambda s, d, w: _go(args.go_binary, s, d, w), args, work)

@@ -52,8 +52,8 @@ log = logging.getLogger(__name__)
 # A standby's query asks whether it leads this often (a file check): failover waits at most this.
 STANDBY_POLL_S = 0.1
 # A caught-up entry's plan waits this long at most for its doorbell (replicator.nats.doorbell)
-# before it tells Spark there is nothing new (a sampled entry's, at most until its clock is due);
-# a stop waits for it at most this long too.
+# before it tells Spark there is nothing new (a sampled entry's, at most until its clock is due),
+# plus RING_SETTLE_S after a ring; a stop waits for it at most that long too.
 NEWS_WAIT_S = 0.2
 # A wait shorter than this is not worth arming for: Spark asks again 10 ms after an empty plan.
 MIN_NEWS_WAIT_S = 0.02
@@ -63,7 +63,8 @@ DEAF_AFTER_PLANS = 3
 DEAF_AFTER_S = 1.0
 # A ring can come before the stream counts the message that rang it (the server hands a stream
 # its messages on a queue of its own, and a clustered stream counts one once its replicas
-# agreed): after a ring the plan asks again every RING_RECHECK_S for up to RING_SETTLE_S.
+# agreed): after a ring the plan asks again, first after RING_RECHECK_S and then twice as long
+# each time (a publish the stream refused rings too), for up to RING_SETTLE_S.
 RING_SETTLE_S = 0.1
 RING_RECHECK_S = 0.002
 
@@ -225,14 +226,16 @@ class NatsJetStreamReader(DataSourceStreamReader):
     def _plan_after_the_ring(self, start: dict, limit: ReadLimit) -> dict:
         """The plan once the bell rang: the message that rang it is in it, not in the next
         plan's, though the stream may count it a moment after the ring."""
-        settle_by = time.monotonic() + RING_SETTLE_S
+        settle_by, pause = time.monotonic() + RING_SETTLE_S, RING_RECHECK_S
         while True:
             self._idle_wait_s = 0.0
             offset = self._plan(start, limit)
+            left = settle_by - time.monotonic()
             # Still nothing, and still a plan that would wait (not a stop, nor a clock now due).
-            if offset != start or self._idle_wait_s <= 0 or time.monotonic() >= settle_by:
+            if offset != start or self._idle_wait_s <= 0 or left <= 0:
                 return offset
-            time.sleep(RING_RECHECK_S)
+            time.sleep(min(pause, left))
+            pause *= 2
 
     def _check_the_doorbell_hears(self) -> None:
         """A doorbell that stays armed while the stream grows is deaf (the account may not

@@ -67,6 +67,9 @@ def test_a_caught_up_plan_waits_for_the_next_message_instead_of_finding_nothing(
     # A long wait, so a slow publish on a busy machine still lands within it: a ring ends the
     # wait at once, and without one the plan would come back empty after it.
     monkeypatch.setattr(datasource, "NEWS_WAIT_S", 10.0)
+    # And a long settle after a ring, so a replication step stalled on a busy machine does not
+    # fail the test; the plan ends the moment the stream counts the message.
+    monkeypatch.setattr(datasource, "RING_SETTLE_S", 5.0)
     cluster, replicas = target_of_each_kind
     url = cluster.url
     run(create_stream(url, "LIVE", ["live.>"], num_replicas=replicas))
@@ -89,7 +92,7 @@ def test_a_caught_up_plan_waits_for_the_next_message_instead_of_finding_nothing(
             if got == caught_up:
                 missed.append(round_)
                 got = reader.latestOffset(caught_up, limit)  # it is in the next plan
-            assert int(got["seq"]) == seq + 1 and int(got["from"]) == seq, got
+            assert int(got["seq"]) == seq + 1 and int(got["from"]) == seq, (got, missed)
             caught_up = got
         assert missed == [], f"rounds whose plan came back without the message that rang: {missed}"
     finally:

@@ -215,3 +215,57 @@ def test_a_caught_up_clock_is_the_time_the_stream_was_read_by_its_own_clock() ->
     offset = reader.latestOffset({"seq": 101, "clock": read_at - 10_000}, reader.getDefaultReadLimit())
     # Less a trail: a clustered stream's leader stamps a message before it counts it.
     assert offset == {"seq": 101, "clock": read_at - CLOCK_TRAIL_MS}
+
+
+def _caught_up_reader_whose_stream_counts_late(counts_after: int) -> tuple[NatsJetStreamReader, list[int]]:
+    """A reader caught up at sequence 1 whose bell has rung, while the stream counts the message
+    that rang it only from its `counts_after`-th ask on (a clustered stream counts a message
+    once its replicas agreed)."""
+    reader = NatsJetStreamReader(ReaderOptions(url="nats://127.0.0.1:1", stream="REG"))
+    asked: list[int] = []
+
+    def info() -> SimpleNamespace:
+        asked.append(1)
+        return SimpleNamespace(state=SimpleNamespace(last_seq=1 if len(asked) < counts_after else 2))
+
+    reader._info = info  # type: ignore[method-assign]
+    reader._news_after_waiting = lambda wait_s: "rang"  # type: ignore[method-assign,assignment,return-value]
+    return reader, asked
+
+
+def test_after_a_ring_the_plan_asks_again_until_the_stream_counts_the_message() -> None:
+    reader, asked = _caught_up_reader_whose_stream_counts_late(counts_after=5)
+    assert reader.latestOffset({"seq": 2}, reader.getDefaultReadLimit()) == {"seq": 3, "from": 2}
+    assert len(asked) == 5
+
+
+def test_after_a_ring_that_brings_nothing_the_plan_gives_up_within_the_settle_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A publish the stream refused rings too: the plan backs off and then says nothing new."""
+    from replicator.spark import datasource
+
+    monkeypatch.setattr(datasource, "RING_SETTLE_S", 0.05)
+    reader, asked = _caught_up_reader_whose_stream_counts_late(counts_after=10**9)
+    began = time.monotonic()
+    start = {"seq": 2}
+    assert reader.latestOffset(start, reader.getDefaultReadLimit()) is start
+    assert time.monotonic() - began < 1.0
+    # 2, 4, 8, 16 ms and what is left of the 50: a handful of asks, not one every 2 ms.
+    assert 3 <= len(asked) <= 8, len(asked)
+
+
+def test_after_a_ring_a_stop_ends_the_plan_at_once(tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    reader, asked = _caught_up_reader_whose_stream_counts_late(counts_after=10**9)
+    reader.o = ReaderOptions(url="nats://127.0.0.1:1", stream="REG", stop_file=str(stop))
+    real_info = reader._info
+
+    def info_then_stop() -> SimpleNamespace:
+        stop.write_text("")  # a stop arrives while the plan waits for the count
+        return real_info()
+
+    reader._info = info_then_stop  # type: ignore[method-assign]
+    start = {"seq": 2}
+    assert reader.latestOffset(start, reader.getDefaultReadLimit()) is start
+    assert len(asked) == 2  # both the first plan's: the plan after the ring stopped before asking
