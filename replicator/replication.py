@@ -56,7 +56,13 @@ from replicator.sampling.choria_state import (
 )
 from replicator.sampling.rules import Event, SamplingParams
 from replicator.source_reader import SourceReader
-from replicator.spark.checkpoint import CheckpointFiles, committed_end, is_uri, open_checkpoint
+from replicator.spark.checkpoint import (
+    CheckpointFiles,
+    committed_end,
+    is_uri,
+    keep_sampling_buckets,
+    open_checkpoint,
+)
 from replicator.spark.datasource import (
     choose_initial_offset,
     parse_initial_offset,
@@ -383,6 +389,7 @@ class StreamReplication:
             files.delete(leftover)
             self.log.info("removed %s, a log file half-written when the last run was killed", leftover)
         if self.sampling_sink is not None:
+            keep_sampling_buckets(files, self.s.sampling_buckets)
             # A sampled batch commits only once its copies are acknowledged, so all up to the
             # committed end is handled (copied or skipped), though the target's last copy may be
             # older: from there, not from that copy, the lag counts (a restart or a takeover of a

@@ -9,6 +9,7 @@ JVM's Hadoop FileSystem: the connector and credentials Spark itself writes the c
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -18,6 +19,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+# A sampled entry's bucket count, kept in its checkpoint: a sender's table is in bucket
+# crc32(sender) % sampling_buckets, so with another count each sender would be looked up in a
+# bucket that does not hold it (advised new and copied again, its old entry advised timeout).
+SAMPLING_FILE = "sr-sampling.json"
 
 
 def is_uri(location: str) -> bool:
@@ -148,3 +154,32 @@ def committed_end(files: CheckpointFiles) -> int | None:
     offset = offset_log_source_offset(files.read_text(f"offsets/{max(batches)}"))
     seq = offset.get("seq") if offset is not None else None
     return seq if isinstance(seq, int) else None
+
+
+class CheckpointMismatch(RuntimeError):
+    """The config asks for what the checkpoint cannot give (see keep_sampling_buckets)."""
+
+
+def keep_sampling_buckets(files: CheckpointFiles, buckets: int) -> None:
+    """Record the bucket count a sampled checkpoint is made with, or refuse another. A checkpoint
+    made before the count was recorded is taken to have the config's (the count was always
+    documented as fixed once a checkpoint exists)."""
+    text = files.read_text(SAMPLING_FILE)
+    if text is None:
+        files.write_text(SAMPLING_FILE, json.dumps({"sampling_buckets": buckets}))
+        return
+    try:
+        kept = json.loads(text)["sampling_buckets"]
+        if not isinstance(kept, int) or isinstance(kept, bool) or kept < 1:
+            raise TypeError(kept)
+    except (ValueError, KeyError, TypeError):
+        raise CheckpointMismatch(
+            f"{files.location}/{SAMPLING_FILE} does not say how many buckets the checkpoint holds "
+            f'({text[:60]!r}): write {{"sampling_buckets": N}} there, N as the checkpoint was made'
+        ) from None
+    if kept != buckets:
+        raise CheckpointMismatch(
+            f"sampling_buckets is {buckets} but the checkpoint {files.location} keeps its senders in "
+            f"{kept} buckets: set sampling_buckets: {kept} (or remove the checkpoint to sample afresh, "
+            f"every sender advised new)"
+        )

@@ -22,6 +22,7 @@ from helpers import (
     checkpoints_in,
     create_stream,
     publish,
+    registration,
     run,
     start_replicator,
     wait_for,
@@ -412,3 +413,54 @@ def test_admin_state_lists_tracked_senders_from_the_checkpoint(
     finally:
         assert rep.stop() == 0, rep.output()
     assert lags == [0] * len(lags), lags
+
+
+def test_another_bucket_count_on_a_sampled_checkpoint_is_refused_and_copies_nothing_twice(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """Senders are kept in bucket crc32(sender) % sampling_buckets: a restart with another count
+    looked each one up where it is not, copied it again as new (and would advise it new, and its
+    old entry timeout). The checkpoint keeps its count; another is one clear line, and the entry
+    copies nothing until the config says the checkpoint's count again."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", ["reg.>"]))
+    senders = 40
+
+    def fleet_round(first: int) -> None:
+        run(publish(src, [(f"reg.n{i % senders}", registration(i % senders, 500 + i), None)
+                          for i in range(first, first + 400)]))  # fmt: skip
+
+    fleet_round(0)
+    entry: dict[str, Any] = {"stream": "REG", "source_url": src, "target_url": dst, "inspect_field": "sender",
+                             "inspect_duration": "1h", "size_trigger": 100_000}  # fmt: skip
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_handled(rep, src, "REG")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert run(count(dst, "REG")) == senders  # each sender once: first seen
+
+    fleet_round(400)  # the same senders again, within inspect_duration: none is copied
+    other = write_config(tmp_path / "sr.yaml", "dc1", [{**entry, "sampling_buckets": 8}])
+    rep = start_replicator(other)
+    try:
+        refused = "sampling_buckets is 8 but the checkpoint"
+        wait_for(lambda: refused in rep.output() or run(count(dst, "REG")) > senders, SLOW_S,
+                 "the refusal of another bucket count, or copies made with it", rep)  # fmt: skip
+        assert run(count(dst, "REG")) == senders  # before the fix: every sender copied again
+        line = next(x for x in rep.output().splitlines() if refused in x)
+        assert "set sampling_buckets: 32" in line, line
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert run(count(dst, "REG")) == senders
+
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_handled(rep, src, "REG")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert run(count(dst, "REG")) == senders

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replicator.spark.checkpoint import LocalCheckpoint, committed_end
+import pytest
+
+from replicator.spark.checkpoint import (
+    SAMPLING_FILE,
+    CheckpointMismatch,
+    LocalCheckpoint,
+    committed_end,
+    keep_sampling_buckets,
+)
 
 
 def _batch(root: Path, batch: int, offset: str, committed: bool) -> None:
@@ -36,3 +44,24 @@ def test_an_entry_not_in_the_datasources_form_names_no_end(tmp_path: Path) -> No
     assert committed_end(files) is None
     (tmp_path / "commits" / "2").write_text("v1")  # committed, its offsets entry gone
     assert committed_end(files) is None
+
+
+def test_a_sampled_checkpoint_keeps_its_bucket_count_and_refuses_another(tmp_path: Path) -> None:
+    files = LocalCheckpoint(tmp_path)
+    keep_sampling_buckets(files, 32)  # the first start records it
+    keep_sampling_buckets(files, 32)
+    with pytest.raises(CheckpointMismatch) as e:
+        keep_sampling_buckets(files, 8)
+    assert str(e.value) == (
+        f"sampling_buckets is 8 but the checkpoint {tmp_path} keeps its senders in 32 buckets: "
+        "set sampling_buckets: 32 (or remove the checkpoint to sample afresh, every sender advised new)"
+    )
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"sampling_buckets": "32"}', '{"sampling_buckets": 0}'])
+def test_a_bucket_record_that_is_not_one_is_named_not_overwritten(tmp_path: Path, text: str) -> None:
+    (tmp_path / SAMPLING_FILE).write_text(text)
+    with pytest.raises(CheckpointMismatch, match=f"{SAMPLING_FILE} does not say how many buckets"):
+        keep_sampling_buckets(LocalCheckpoint(tmp_path), 32)
+    assert (tmp_path / SAMPLING_FILE).read_text() == text
