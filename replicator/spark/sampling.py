@@ -68,18 +68,23 @@ def bucket_function(
         table = state.decode(group_state.get[0] if group_state.exists else first)
         parts = list(frames)  # several when the bucket's rows exceed Spark's batch limits
         df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-        clock_ms = int(df.loc[df["seq"] < 0, "ts_ms"].max()) if (df["seq"] < 0).any() else table.clock_ms
-        rows = df[df["seq"] >= 0].sort_values("seq")
-        seqs, ts_ms = rows["seq"].to_numpy(np.int64), rows["ts_ms"].to_numpy(np.int64)
-        sizes = rows["size"].to_numpy(np.int64)
+        # On the columns' arrays: pandas' masks, copies and sort cost a bucket's call more than
+        # its rules did (a third of the workers' time in a live sampled stream).
+        seq_all, ts_all = df["seq"].to_numpy(np.int64), df["ts_ms"].to_numpy(np.int64)
+        is_clock = seq_all < 0  # clock rows carry the batch's clock in ts_ms (rows.clock_batch)
+        clock_ms = int(ts_all[is_clock].max()) if is_clock.any() else table.clock_ms
+        order = np.flatnonzero(~is_clock)
+        order = order[np.argsort(seq_all[order], kind="stable")]
+        seqs, ts_ms = seq_all[order], ts_all[order]
+        sizes = df["size"].to_numpy(np.int64)[order]
         msgs = [
             Message(seq, sender if isinstance(sender, str) else None, ts, size, bool(force))
             for seq, sender, ts, size, force in zip(
                 seqs.tolist(),
-                rows["sender"].tolist(),
+                df["sender"].to_numpy(object)[order].tolist(),
                 ts_ms.tolist(),
                 sizes.tolist(),
-                rows["force"].tolist(),
+                df["force"].to_numpy(object)[order].tolist(),
                 strict=True,
             )
         ]
