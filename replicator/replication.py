@@ -389,7 +389,9 @@ class StreamReplication:
             files.delete(leftover)
             self.log.info("removed %s, a log file half-written when the last run was killed", leftover)
         if self.sampling_sink is not None:
-            keep_sampling_buckets(files, self.s.sampling_buckets)
+            assumed = keep_sampling_buckets(files, self.s.sampling_buckets)
+            if assumed:
+                self.log.warning("%s", assumed)
             # A sampled batch commits only once its copies are acknowledged, so all up to the
             # committed end is handled (copied or skipped), though the target's last copy may be
             # older: from there, not from that copy, the lag counts (a restart or a takeover of a

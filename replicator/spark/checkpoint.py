@@ -160,14 +160,22 @@ class CheckpointMismatch(RuntimeError):
     """The config asks for what the checkpoint cannot give (see keep_sampling_buckets)."""
 
 
-def keep_sampling_buckets(files: CheckpointFiles, buckets: int) -> None:
-    """Record the bucket count a sampled checkpoint is made with, or refuse another. A checkpoint
-    made before the count was recorded is taken to have the config's (the count was always
-    documented as fixed once a checkpoint exists)."""
+def keep_sampling_buckets(files: CheckpointFiles, buckets: int) -> str | None:
+    """Record the bucket count a sampled checkpoint is made with, or refuse another once a batch
+    committed (before, its state is empty: the count can still change). Returns a warning when a
+    checkpoint with batches but no record (made before the count was recorded) is taken to have
+    the config's count, which was always documented as fixed once a checkpoint exists."""
+    committed = any(name.isdigit() for name in files.names("commits"))
     text = files.read_text(SAMPLING_FILE)
-    if text is None:
-        files.write_text(SAMPLING_FILE, json.dumps({"sampling_buckets": buckets}))
-        return
+    if text is None or not committed:
+        if text != json.dumps({"sampling_buckets": buckets}):
+            files.write_text(SAMPLING_FILE, json.dumps({"sampling_buckets": buckets}))
+        if text is None and committed:
+            return (
+                f"the checkpoint {files.location} does not say how many buckets its senders are in "
+                f"(made by an earlier release): taken to be sampling_buckets ({buckets}), as configured"
+            )
+        return None
     try:
         kept = json.loads(text)["sampling_buckets"]
         if not isinstance(kept, int) or isinstance(kept, bool) or kept < 1:
@@ -183,3 +191,4 @@ def keep_sampling_buckets(files: CheckpointFiles, buckets: int) -> None:
             f"{kept} buckets: set sampling_buckets: {kept} (or remove the checkpoint to sample afresh, "
             f"every sender advised new)"
         )
+    return None

@@ -48,8 +48,11 @@ def test_an_entry_not_in_the_datasources_form_names_no_end(tmp_path: Path) -> No
 
 def test_a_sampled_checkpoint_keeps_its_bucket_count_and_refuses_another(tmp_path: Path) -> None:
     files = LocalCheckpoint(tmp_path)
-    keep_sampling_buckets(files, 32)  # the first start records it
-    keep_sampling_buckets(files, 32)
+    assert keep_sampling_buckets(files, 32) is None  # the first start records it
+    assert keep_sampling_buckets(files, 8) is None  # no batch committed yet: state is empty
+    assert keep_sampling_buckets(files, 32) is None
+    _batch(tmp_path, 0, '{"seq": 5, "clock": 1}', committed=True)
+    assert keep_sampling_buckets(files, 32) is None
     with pytest.raises(CheckpointMismatch) as e:
         keep_sampling_buckets(files, 8)
     assert str(e.value) == (
@@ -59,8 +62,18 @@ def test_a_sampled_checkpoint_keeps_its_bucket_count_and_refuses_another(tmp_pat
     assert "\n" not in str(e.value)
 
 
+def test_a_checkpoint_with_batches_and_no_record_takes_the_configs_count_and_says_so(tmp_path: Path) -> None:
+    files = LocalCheckpoint(tmp_path)
+    _batch(tmp_path, 0, '{"seq": 5, "clock": 1}', committed=True)
+    warning = keep_sampling_buckets(files, 16)
+    assert warning is not None and "taken to be sampling_buckets (16)" in warning
+    with pytest.raises(CheckpointMismatch, match="keeps its senders in 16 buckets"):
+        keep_sampling_buckets(files, 32)
+
+
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"sampling_buckets": "32"}', '{"sampling_buckets": 0}'])
 def test_a_bucket_record_that_is_not_one_is_named_not_overwritten(tmp_path: Path, text: str) -> None:
+    _batch(tmp_path, 0, '{"seq": 5, "clock": 1}', committed=True)
     (tmp_path / SAMPLING_FILE).write_text(text)
     with pytest.raises(CheckpointMismatch, match=f"{SAMPLING_FILE} does not say how many buckets"):
         keep_sampling_buckets(LocalCheckpoint(tmp_path), 32)
