@@ -59,6 +59,7 @@ from replicator.source_reader import SourceReader
 from replicator.spark.checkpoint import (
     CheckpointFiles,
     committed_end,
+    has_commit,
     is_uri,
     keep_sampling_buckets,
     open_checkpoint,
@@ -258,7 +259,7 @@ class StreamReplication:
         path = choria_state_file(self.cfg.state_store, self.s.stream, self.s.name)
         if not path.is_file():
             return None
-        if _has_commit(files):
+        if has_commit(files):
             self._retire_choria_state(path)  # imported by an earlier start, which died before renaming it
             return None
         assert self.s.inspect_duration is not None
@@ -280,7 +281,7 @@ class StreamReplication:
     def batch_committed(self) -> None:
         """A batch of the entry's query ended (Spark's progress event): once the checkpoint
         holds a commit, the seed is in it."""
-        if self._choria_seeded is not None and _has_commit(self._choria_seeded[1]):
+        if self._choria_seeded is not None and has_commit(self._choria_seeded[1]):
             self._retire_choria_state(self._choria_seeded[0])
             self._choria_seeded = None
 
@@ -507,7 +508,7 @@ class StreamReplication:
         files = open_checkpoint(checkpoint_location(self.cfg, self.s), None)
         start = committed_end(files)
         if start is None:
-            if _has_commit(files):
+            if has_commit(files):
                 return None  # an offset log not in the data source's form: the query decides
             start = int(json.loads(self._initial_offset(files))["seq"])
         return ahead_range(start, self.sink.floor, self._source_last_seq())
@@ -759,11 +760,6 @@ class StreamReplication:
                 self.log.debug("stopping query: %s", e)
             stopping.unlink(missing_ok=True)
             self.query = None
-
-
-def _has_commit(files: Any) -> bool:
-    """Whether the checkpoint's commit log holds a batch (not only a file being written)."""
-    return any(name.isdigit() for name in files.names("commits"))
 
 
 def created_us(info: Any) -> int:

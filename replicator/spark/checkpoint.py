@@ -142,6 +142,11 @@ def open_checkpoint(location: str, spark: SparkSession | None) -> CheckpointFile
     return HadoopCheckpoint(spark, location)
 
 
+def has_commit(files: CheckpointFiles) -> bool:
+    """Whether the checkpoint's commit log holds a batch (not only a file being written)."""
+    return any(name.isdigit() for name in files.names("commits"))
+
+
 def committed_end(files: CheckpointFiles) -> int | None:
     """The next source sequence after the last batch the checkpoint's commit log holds (the
     `seq` of that batch's offset log entry), or None: no batch committed, or its entry not in
@@ -165,7 +170,7 @@ def keep_sampling_buckets(files: CheckpointFiles, buckets: int) -> str | None:
     committed (before, its state is empty: the count can still change). Returns a warning when a
     checkpoint with batches but no record (made before the count was recorded) is taken to have
     the config's count, which was always documented as fixed once a checkpoint exists."""
-    committed = any(name.isdigit() for name in files.names("commits"))
+    committed = has_commit(files)
     text = files.read_text(SAMPLING_FILE)
     if text is None or not committed:
         if text != json.dumps({"sampling_buckets": buckets}):
