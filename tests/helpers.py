@@ -186,6 +186,17 @@ def start_replicator(config: Path, *args: str, wait: bool = False) -> Replicator
     return ReplicatorProcess(config, log_path, *args).start(wait=wait)
 
 
+def run_until_handled(config: Path, url: str, stream: str, timeout: float = SLOW_S) -> None:
+    """Start the replicator, let it replicate until it has handled every message now in the
+    source `stream`, and stop it; it must end cleanly."""
+    rep = start_replicator(config)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_handled(rep, url, stream, timeout)
+    finally:
+        assert rep.stop() == 0, rep.output()
+
+
 def tree(root: int) -> dict[int, str]:
     """Pid -> command line of `root` and its descendants (from /proc)."""
     return {pid: cmd.replace(b"\0", b" ").decode(errors="replace") for pid, cmd in process_tree(root).items()}

@@ -18,6 +18,7 @@ from helpers import (
     publish,
     registration,
     run,
+    run_until_handled,
     start_replicator,
     wait_for,
     wait_handled,
@@ -134,10 +135,5 @@ def test_a_stop_while_copying_ahead_is_clean_and_the_next_start_goes_on(
     assert rep.proc.wait(60) == 0, rep.output()
     out = rep.output(10**9)
     assert "Traceback" not in out and " ERROR " not in out, out
-    rep = start_replicator(cfg)
-    try:
-        rep.wait_ready(SLOW_S)
-        wait_handled(rep, src, "ORDERS")
-    finally:
-        assert rep.stop() == 0, rep.output()
+    run_until_handled(cfg, src, "ORDERS")
     assert copied_source_sequences(dst, "ORDERS") == list(range(1, 60_001)), "each once, in order"

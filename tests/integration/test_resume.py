@@ -20,9 +20,9 @@ from helpers import (
     publish,
     registration,
     run,
+    run_until_handled,
     start_replicator,
     wait_for,
-    wait_handled,
     write_config,
 )
 
@@ -259,19 +259,9 @@ def test_a_restart_with_nothing_new_reports_every_message_handled(
     if mode == "sampled":
         entry |= {"inspect_field": "sender", "inspect_duration": "1h", "size_trigger": 100_000}
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
-    rep = start_replicator(cfg)
-    try:
-        rep.wait_ready(SLOW_S)
-        wait_handled(rep, src, "REG")
-    finally:
-        assert rep.stop() == 0, rep.output()
+    run_until_handled(cfg, src, "REG")
     copies = run(count(dst, "REG"))
     assert copies == (400 if mode == "copy" else 40)
 
-    rep = start_replicator(cfg)
-    try:
-        rep.wait_ready(SLOW_S)
-        wait_handled(rep, src, "REG", timeout=60)
-    finally:
-        assert rep.stop() == 0, rep.output()
+    run_until_handled(cfg, src, "REG", timeout=60)
     assert run(count(dst, "REG")) == copies  # and nothing copied twice

@@ -24,6 +24,7 @@ from helpers import (
     publish,
     registration,
     run,
+    run_until_handled,
     start_replicator,
     wait_for,
     wait_handled,
@@ -434,12 +435,7 @@ def test_another_bucket_count_on_a_sampled_checkpoint_is_refused_and_copies_noth
     entry: dict[str, Any] = {"stream": "REG", "source_url": src, "target_url": dst, "inspect_field": "sender",
                              "inspect_duration": "1h", "size_trigger": 100_000}  # fmt: skip
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
-    rep = start_replicator(cfg)
-    try:
-        rep.wait_ready(SLOW_S)
-        wait_handled(rep, src, "REG")
-    finally:
-        assert rep.stop() == 0, rep.output()
+    run_until_handled(cfg, src, "REG")
     assert run(count(dst, "REG")) == senders  # each sender once: first seen
 
     fleet_round(400)  # the same senders again, within inspect_duration: none is copied
@@ -457,10 +453,5 @@ def test_another_bucket_count_on_a_sampled_checkpoint_is_refused_and_copies_noth
     assert run(count(dst, "REG")) == senders
 
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
-    rep = start_replicator(cfg)
-    try:
-        rep.wait_ready(SLOW_S)
-        wait_handled(rep, src, "REG")
-    finally:
-        assert rep.stop() == 0, rep.output()
+    run_until_handled(cfg, src, "REG")
     assert run(count(dst, "REG")) == senders
