@@ -208,8 +208,10 @@ def tree_commands(root: int) -> list[str]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI as a subprocess. Its `admin state` and `admin fleet` start Spark (8 s on a
+    quiet machine; 60 s was not enough in a loaded CI run), so the bound is SLOW_S."""
     return subprocess.run(
-        [sys.executable, "-m", "replicator.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "replicator.cli", *args], capture_output=True, text=True, timeout=SLOW_S
     )
 
 

@@ -72,7 +72,9 @@ def test_full_copy_with_subject_rewrite_and_headers(
     try:
         wait_for(lambda: run(count(dst, "FLEET_NODES")) >= len(items), SLOW_S, "all messages copied", rep)
         labels = 'replicator="dc1",stream="NODE_DATA",worker="nodes"'
-        wait_for(lambda: f"stream_lag_messages{{{labels}}} 0.0" in _scrape(port), 30, "lag 0 in metrics", rep)
+        wait_for(
+            lambda: f"stream_lag_messages{{{labels}}} 0.0" in _scrape(port), SLOW_S, "lag 0 in metrics", rep
+        )
         text = _scrape(port)
         assert f"choria_stream_replicator_replicator_copied_messages{{{labels}}} 3000.0" in text
         assert f"choria_stream_replicator_replicator_total_messages{{{labels}}} 3000.0" in text
@@ -134,7 +136,7 @@ def test_a_source_stream_that_sources_others_is_copied_whole(
     run(create_stream(dst, "AGG", ["orig.>"]))  # a sourced stream has no subjects to copy
     items = [(f"orig.host{i % 5}", registration(i), None) for i in range(300)]
     run(publish(src, items, stream="ORIG"))
-    wait_for(lambda: run(count(src, "AGG")) == len(items), 30, "AGG sourced every message")
+    wait_for(lambda: run(count(src, "AGG")) == len(items), SLOW_S, "AGG sourced every message")
     cfg = write_config(
         tmp_path / "sr.yaml",
         "dc1",
@@ -204,11 +206,11 @@ def test_spark_planner_processes_are_released_and_the_copy_goes_on(
 
     try:
         wait_for(lambda: run(count(dst, "EVENTS")) >= 2000, SLOW_S, "the backlog copied", rep)
-        wait_for(lambda: not planners(), 30, "planner processes gone", rep)
+        wait_for(lambda: not planners(), SLOW_S, "planner processes gone", rep)
         if driver_reads == "auto":
             _assert_a_light_copy_process(rep.proc.pid)
         run(publish(src, [(f"events.{i % 5}", registration(i), None) for i in range(2000, 2500)]))
-        wait_for(lambda: run(count(dst, "EVENTS")) >= 2500, 60, "new messages copied", rep)
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 2500, SLOW_S, "new messages copied", rep)
         assert not planners()
     finally:
         assert rep.stop() == 0, rep.output()

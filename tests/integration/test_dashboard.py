@@ -78,8 +78,8 @@ def test_every_metric_the_dashboard_queries_is_exported(source_server, nats_serv
     try:
         rep.wait_ready(SLOW_S)
         run(publish(src, [(f"reg.{i}", b"x" * 200, {"X-Node": f"n{i}"}) for i in range(20)]))
-        wait_for(lambda: run(count(src, "ADV")) >= 20, 60, "20 new advisories", rep)
-        wait_for(lambda: run(count(dst, "REG")) >= 20, 60, "20 copies", rep)
+        wait_for(lambda: run(count(src, "ADV")) >= 20, SLOW_S, "20 new advisories", rep)
+        wait_for(lambda: run(count(dst, "REG")) >= 20, SLOW_S, "20 copies", rep)
         wait_handled(rep, src, "REG")
         samples = exported_samples(rep.metrics_url)
     finally:

@@ -70,14 +70,14 @@ def test_start_positions_filter_and_max_age(source_server, nats_server, tmp_path
     rep = start_replicator(cfg)
     try:
         wait_for(lambda: run(count(dst, "T_SEQ")) >= 10, SLOW_S, "SEQ copied", rep)
-        wait_for(lambda: run(count(dst, "T_FILT")) >= 50, 60, "FILT copied", rep)
-        wait_for(lambda: run(count(dst, "T_TIME")) >= 10, 60, "TIME copied", rep)
+        wait_for(lambda: run(count(dst, "T_FILT")) >= 50, SLOW_S, "FILT copied", rep)
+        wait_for(lambda: run(count(dst, "T_TIME")) >= 10, SLOW_S, "TIME copied", rep)
         # Only after start: END copies what arrives now; AGE copies fresh messages.
         run(publish(src, [("end.a", b"after", None) for _ in range(5)]))
-        wait_for(lambda: "AGE/age: replicating" in rep.output(), 60, "AGE's query", rep)
+        wait_for(lambda: "AGE/age: replicating" in rep.output(), SLOW_S, "AGE's query", rep)
         run(publish(src, [("age.x", b"fresh", None) for _ in range(7)]))
-        wait_for(lambda: run(count(dst, "T_END")) >= 5, 60, "END copied", rep)
-        wait_for(lambda: run(count(dst, "T_AGE")) >= 7, 60, "AGE copied", rep)
+        wait_for(lambda: run(count(dst, "T_END")) >= 5, SLOW_S, "END copied", rep)
+        wait_for(lambda: run(count(dst, "T_AGE")) >= 7, SLOW_S, "AGE copied", rep)
         for s in streams:  # anything extra has landed too
             wait_handled(rep, src, s["stream"])
     finally:
@@ -147,7 +147,7 @@ def test_source_created_late_and_no_target_create(source_server, nats_server, tm
     )
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: "does not exist" in rep.output(), 60, "a waiting log line", rep)
+        wait_for(lambda: "does not exist" in rep.output(), SLOW_S, "a waiting log line", rep)
         time.sleep(2)
         assert rep.proc.poll() is None, "must wait, not crash"
         run(create_stream(src, "LATE", ["late.>"]))
@@ -259,7 +259,7 @@ def test_a_stream_without_direct_gets_is_copied_exactly_with_every_header_value(
         wait_for(lambda: run(count(dst, "ND")) >= len(want), SLOW_S, "the filtered copy", rep)
         # And what arrives later, while the query runs, too.
         late = run(publish_raw(src, [("nd.keep.late", b"late", [("X-Tag", "z"), ("X-Tag", "y")])]))
-        wait_for(lambda: run(count(dst, "ND")) >= len(want) + 1, 60, "the late message", rep)
+        wait_for(lambda: run(count(dst, "ND")) >= len(want) + 1, SLOW_S, "the late message", rep)
     finally:
         assert rep.stop() == 0, rep.output()
     got = run(read_all(dst, "ND"))
@@ -329,7 +329,7 @@ def _waiting_for_its_source(src: str, dst: str, tmp_path: Path) -> tuple[Replica
     )
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: "does not exist" in rep.output(), 60, "a waiting log line", rep)
+        wait_for(lambda: "does not exist" in rep.output(), SLOW_S, "a waiting log line", rep)
         wait_for(lambda: "launched Spark's JVM (pid " in rep.output(), SLOW_S, "the JVM launched", rep)
     except BaseException:
         rep.stop()
@@ -343,7 +343,7 @@ def test_stopped_while_waiting_for_its_source_it_exits_cleanly_and_its_jvm_with_
     rep, jvm = _waiting_for_its_source(source_server.url, nats_server.url, tmp_path)
     assert rep.stop() == 0, rep.output()
     assert "Traceback" not in rep.output()
-    wait_for(lambda: not Path(f"/proc/{jvm}").exists(), 30, "the JVM gone")
+    wait_for(lambda: not Path(f"/proc/{jvm}").exists(), SLOW_S, "the JVM gone")
 
 
 @pytest.mark.parametrize("source", ["exists", "missing"])

@@ -77,7 +77,7 @@ def test_one_leader_copies_and_a_standby_takes_over_after_each_kill_9(
         leader.kill9()
         died = time.monotonic()
         before = copies()
-        wait_for(lambda: copies() > before, 60, "the standby's first copy", standby)
+        wait_for(lambda: copies() > before, SLOW_S, "the standby's first copy", standby)
         # How long it took is a measurement (printed below; docs/operations.md), not asserted.
         return time.monotonic() - died
 
@@ -181,7 +181,7 @@ def test_ours_and_the_go_original_share_one_election_and_ours_continues_after_th
             go.kill()
             go.wait(10)
             died, before = time.monotonic(), copies()
-            wait_for(lambda: copies() > before, 60, "ours' first copy after the Go leader died", ours)
+            wait_for(lambda: copies() > before, SLOW_S, "ours' first copy after the Go leader died", ours)
             print(f"\nGo leader killed: ours copied {time.monotonic() - died:.1f} s later")
             assert run(leader_of(src, "SR_dc1_REG")) == "py-1"
             time.sleep(2)
@@ -245,7 +245,7 @@ def test_a_sampled_stream_across_a_kill_9_of_its_leader(
         )
         a.kill9()
         died, before = time.monotonic(), run(count(dst, "REG"))
-        wait_for(lambda: "became the leader" in b.output(), 90, "b leading", b)
+        wait_for(lambda: "became the leader" in b.output(), SLOW_S, "b leading", b)
         # b's first copy, unless the fleet ends first: on a loaded machine a may have copied its
         # 150 only after the fleet's last message, and what a left then may hold no copy that
         # is due (seen in CI). What b did is checked exactly below either way.
@@ -413,11 +413,11 @@ def test_a_leader_cut_off_from_the_source_cluster_stops_before_the_standby_start
             b.wait_ready(SLOW_S)
             time.sleep(2)
             link.half_open()
-            wait_for(lambda: "became the leader" in b.output(), 60, "b leading", b)
-            wait_for(lambda: "lost the leadership" in a.output(), 30, "a giving up", a)
+            wait_for(lambda: "became the leader" in b.output(), SLOW_S, "b leading", b)
+            wait_for(lambda: "lost the leadership" in a.output(), SLOW_S, "a giving up", a)
             time.sleep(5)
             link.restore()
-            wait_for(lambda: "standing by" in a.output(), 60, "a standing by", a)
+            wait_for(lambda: "standing by" in a.output(), SLOW_S, "a standing by", a)
             time.sleep(2)
         except BaseException:
             for p in procs:

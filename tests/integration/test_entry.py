@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import create_stream, publish, registration, run, wait_for
+from helpers import SLOW_S, create_stream, publish, registration, run, wait_for
 from nats_servers import NatsCluster
 
 from harness.streams import copy_differences, count_messages
@@ -46,13 +46,13 @@ def test_an_entry_started_again_while_its_query_runs_never_runs_two(
     try:
         assert r.prepare(lambda: False)
         first = r.start(spark)
-        wait_for(lambda: run(count_messages(dst, "T")) == 200, 60, "the first copies")
+        wait_for(lambda: run(count_messages(dst, "T")) == 200, SLOW_S, "the first copies")
         second = r.start(spark)
         assert r.query is second and second.isActive
         assert not first.isActive, "the first query still runs beside the second"
         assert [q.name for q in spark.streams.active] == [r.query_name]
         run(publish(src, [(f"s.{i % 5}", registration(i, 300), None) for i in range(200, 400)]))
-        wait_for(lambda: run(count_messages(dst, "T")) == 400, 60, "the later copies")
+        wait_for(lambda: run(count_messages(dst, "T")) == 400, SLOW_S, "the later copies")
         assert run(copy_differences(src, "S", dst, "T")) == []
     finally:
         r.stop()

@@ -104,7 +104,7 @@ async def _create_source(url: str, replicas: int = 1) -> None:
         await nc.close()
 
 
-def _recovery(what: str, copies: Callable[[], int], rep: object, timeout: float = 90) -> float:
+def _recovery(what: str, copies: Callable[[], int], rep: object, timeout: float = SLOW_S) -> float:
     """Seconds from now until the target holds more copies than now."""
     start, before = time.monotonic(), copies()
     wait_for(lambda: copies() > before, timeout, f"copies after {what}", rep)  # type: ignore[arg-type]

@@ -70,7 +70,9 @@ def test_a_backlog_is_copied_ahead_of_spark_and_the_query_goes_on_after_it(
         rep.wait_ready(SLOW_S)
         run(publish(src, [(f"orders.{i % 13}", registration(i, 500), None) for i in range(20_000, 21_000)]))
         wait_handled(rep, src, "ORDERS")
-        wait_for(lambda: run(count(dst, "ONE")) == len(_one(21_000)), 60, "the filtered entry's copies", rep)
+        wait_for(
+            lambda: run(count(dst, "ONE")) == len(_one(21_000)), SLOW_S, "the filtered entry's copies", rep
+        )
     finally:
         assert rep.stop() == 0, rep.output()
     assert copied_source_sequences(dst, "ORDERS") == list(range(1, 21_001)), "each once, in order"
@@ -84,7 +86,9 @@ def test_a_backlog_is_copied_ahead_of_spark_and_the_query_goes_on_after_it(
     try:
         rep.wait_ready(SLOW_S)
         wait_handled(rep, src, "ORDERS")
-        wait_for(lambda: run(count(dst, "ONE")) == len(_one(24_000)), 60, "the filtered entry's copies", rep)
+        wait_for(
+            lambda: run(count(dst, "ONE")) == len(_one(24_000)), SLOW_S, "the filtered entry's copies", rep
+        )
     finally:
         assert rep.stop() == 0, rep.output()
     assert copied_source_sequences(dst, "ORDERS") == list(range(1, 24_001)), "each once, in order"

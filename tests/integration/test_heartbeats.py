@@ -99,8 +99,8 @@ def test_a_file_with_only_heartbeats_runs_them_without_spark(
     )
     rep = start_replicator(cfg)
     try:
-        rep.wait_ready(60)  # ready without a stream to replicate
-        wait_for(lambda: run(last_heartbeat(src, "reg._monitor")) is not None, 60, "a heartbeat", rep)
+        rep.wait_ready(SLOW_S)  # ready without a stream to replicate
+        wait_for(lambda: run(last_heartbeat(src, "reg._monitor")) is not None, SLOW_S, "a heartbeat", rep)
         assert "sending heartbeats only" in rep.output()
         assert "starting Spark" not in rep.output()
         assert rep.stop() == 0, rep.output()

@@ -147,13 +147,15 @@ def test_hostile_messages_are_copied_byte_for_byte_or_stopped_before_with_one_li
         p = SamplingParams(inspect_ms=3_600_000, warn_ms=1_800_000, size_trigger=300, stream="REG")
         want_reg, _ = expected(src, "REG", sender, p)
         wait_for(lambda: run(count(dst, "REG")) >= len(want_reg), SLOW_S, "the sampled copies", rep)
-        wait_for(lambda: run(count(src, "ADV")) >= 3, 60, "the advisories", rep)
+        wait_for(lambda: run(count(src, "ADV")) >= 3, SLOW_S, "the advisories", rep)
         # The copy at max_payload cannot fit under the target's same limit once the replicator's
         # headers are added: it is stopped before, with one line that names the fix.
         wait_for(lambda: "max_payload" in rep.output(), SLOW_S, "the refusal", rep)
         assert run(count(dst, "RAW")) == 2  # the two before it, nothing after it
         # Held at the refused copy, and /readyz says so (docs/operations.md).
-        wait_for(lambda: entry_state(rep.metrics_url, "RAW/raw") == "retrying", 60, "RAW/raw retrying", rep)
+        wait_for(
+            lambda: entry_state(rep.metrics_url, "RAW/raw") == "retrying", SLOW_S, "RAW/raw retrying", rep
+        )
         refusal = [ln for ln in rep.output(10**7).splitlines() if "max_payload" in ln]
         assert refusal and "raise" in refusal[0], refusal
 

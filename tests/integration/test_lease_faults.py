@@ -75,9 +75,9 @@ def test_a_leader_that_stalls_past_the_ttl_and_wins_the_key_back_loses_nothing(
                 def won_back(wins: int = wins) -> bool:
                     return rep.output(10**9).count("became the leader") >= wins
 
-                wait_for(won_back, 60, "the key won back", rep)
+                wait_for(won_back, SLOW_S, "the key won back", rep)
                 before = run(count(dst, "REG"))
-                wait_for(lambda: run(count(dst, "REG")) > before + 100, 60, "copies again", rep)  # noqa: B023
+                wait_for(lambda: run(count(dst, "REG")) > before + 100, SLOW_S, "copies again", rep)  # noqa: B023
             rep.kill9()
             rep = start_replicator(cfg)
             wait_for(
@@ -116,8 +116,8 @@ def test_a_sampled_leader_that_lost_its_lease_campaigns_again_and_copies_on(
         run(_publish_sender(src, "before.example.net"))
         wait_for(lambda: "before.example.net" in run(_senders(dst)), SLOW_S, "the first sender's copy", rep)
         rep.stall(TTL_S + 3)
-        wait_for(lambda: "standing by" in rep.output(10**9), 60, "standing by", rep)
-        wait_for(lambda: rep.output(10**9).count("became the leader") >= 2, 60, "the key won back", rep)
+        wait_for(lambda: "standing by" in rep.output(10**9), SLOW_S, "standing by", rep)
+        wait_for(lambda: rep.output(10**9).count("became the leader") >= 2, SLOW_S, "the key won back", rep)
         run(_publish_sender(src, "after.example.net"))
         wait_for(lambda: "after.example.net" in run(_senders(dst)), SLOW_S, "the new sender's copy", rep)
     finally:
@@ -146,13 +146,13 @@ def test_a_clean_stop_hands_the_key_over_before_it_could_expire(
             a, b = _leader_then_standby(tmp_path, dst, 200, procs)
             stopped = time.monotonic()
             assert a.stop() == 0, a.output()
-            wait_for(lambda: "became the leader" in b.output(), 60, "b leading after a's stop", b)
+            wait_for(lambda: "became the leader" in b.output(), SLOW_S, "b leading after a's stop", b)
             took = time.monotonic() - stopped
             assert took < 120, "b led only once the key expired: a did not hand it over"
             assert "gave up the leadership" in a.output(10**9), a.output()
             print(f"\nclean stop to the standby leading: {took:.1f} s")
             before = run(count(dst, "REG"))
-            wait_for(lambda: run(count(dst, "REG")) > before + 100, 60, "b's copies", b)
+            wait_for(lambda: run(count(dst, "REG")) > before + 100, SLOW_S, "b's copies", b)
         wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), SLOW_S, "the copy to catch up", b)
         assert run(copy_differences(src, "REG", dst, "REG")) == []
         assert b.stop() == 0, b.output()
@@ -200,9 +200,9 @@ def test_instances_named_per_host_continue_each_others_copies(
         with LivePublisher(src, rate=300):
             a, b = _leader_then_standby(tmp_path, dst, 1000, procs)
             a.kill9()
-            wait_for(lambda: "became the leader" in b.output(), 60, "b leading", b)
+            wait_for(lambda: "became the leader" in b.output(), SLOW_S, "b leading", b)
             before = run(count(dst, "REG"))
-            wait_for(lambda: run(count(dst, "REG")) > before + 300, 60, "b's copies", b)
+            wait_for(lambda: run(count(dst, "REG")) > before + 300, SLOW_S, "b's copies", b)
         wait_for(lambda: run(count(dst, "REG")) >= run(count(src, "REG")), SLOW_S, "the copy to catch up", b)
         assert run(copy_differences(src, "REG", dst, "REG")) == []  # nothing copied twice
         makers = {

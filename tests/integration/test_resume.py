@@ -263,5 +263,5 @@ def test_a_restart_with_nothing_new_reports_every_message_handled(
     copies = run(count(dst, "REG"))
     assert copies == (400 if mode == "copy" else 40)
 
-    run_until_handled(cfg, src, "REG", timeout=60)
+    run_until_handled(cfg, src, "REG")
     assert run(count(dst, "REG")) == copies  # and nothing copied twice

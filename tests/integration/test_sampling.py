@@ -150,17 +150,17 @@ def params(stream: str = "REG") -> SamplingParams:
     return SamplingParams(inspect_ms=INSPECT_MS, warn_ms=WARN_MS, size_trigger=300, stream=stream)
 
 
-def settle_expected(src: str, dst: str, proc: Any, timeout: float = 120) -> tuple[list[int], list[Any]]:
+def settle_expected(src: str, dst: str, proc: Any, timeout: float = SLOW_S) -> tuple[list[int], list[Any]]:
     """What the rules give for the source stream as it is now (copies, advisories), once the
     target and the advisory stream hold that much, and two seconds for anything extra to land."""
     want_copied, want_advs = expected(src, "REG", by_sender_field, params())
     wait_advisories(src, len(want_advs), proc, timeout)
-    wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), 60, "every copy", proc)
+    wait_for(lambda: run(count(dst, "REG")) >= len(want_copied), SLOW_S, "every copy", proc)
     wait_handled(proc, src, "REG")  # every message's copies and advisories are out
     return want_copied, want_advs
 
 
-def wait_advisories(src: str, n: int, proc: Any, timeout: float = 60) -> None:
+def wait_advisories(src: str, n: int, proc: Any, timeout: float = SLOW_S) -> None:
     wait_for(lambda: run(count(src, "ADV")) >= n, timeout, f"{n} advisories", proc)
 
 
@@ -186,7 +186,7 @@ def test_fleet_sampling_matches_the_rules_copy_by_copy_and_advisory_by_advisory(
     try:
         rep.wait_ready(SLOW_S)
         emulate(scenario, src)
-        want_copied, want_advs = settle_expected(src, dst, rep, timeout=60)
+        want_copied, want_advs = settle_expected(src, dst, rep)
         counted = advisories_counted(rep.metrics_url)
     finally:
         assert rep.stop() == 0, rep.output()
@@ -236,8 +236,8 @@ def test_header_and_subject_token_keys_and_messages_without_a_sender(
         want_h = expected(src, "BYHDR", lambda m: (first_value(m.headers, "X-Node"), False), params("BYHDR"))
         want_t = expected(src, "BYTOK", lambda m: ([*m.subject.split("."), None][1], False), params("BYTOK"))
         wait_advisories(src, len(want_h[1]) + len(want_t[1]), rep)
-        wait_for(lambda: run(count(dst, "TOK_COPY")) >= len(want_t[0]), 60, "token copies", rep)
-        wait_for(lambda: run(count(dst, "HDR_COPY")) >= len(want_h[0]), 60, "header copies", rep)
+        wait_for(lambda: run(count(dst, "TOK_COPY")) >= len(want_t[0]), SLOW_S, "token copies", rep)
+        wait_for(lambda: run(count(dst, "HDR_COPY")) >= len(want_h[0]), SLOW_S, "header copies", rep)
         wait_handled(rep, src, "BYHDR")
         wait_handled(rep, src, "BYTOK")
     finally:
@@ -359,7 +359,7 @@ def test_admin_state_lists_tracked_senders_from_the_checkpoint(
                      for i in range(5)]  # fmt: skip
             run(publish(src, items))
             time.sleep(0.3)
-        wait_for(lambda: run(count(dst, "REG")) == 5, 60, "the 5 first copies", rep)
+        wait_for(lambda: run(count(dst, "REG")) == 5, SLOW_S, "the 5 first copies", rep)
         wait_handled(rep, src, "REG")  # the last messages are in the state the stop commits
     finally:
         assert rep.stop() == 0, rep.output()

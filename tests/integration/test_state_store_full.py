@@ -56,7 +56,7 @@ def test_a_full_state_store_is_one_clear_line_and_a_clean_continue_once_there_is
         for r in range(4, 12):  # the fleet goes on; 50 new senders join
             run(publish(src, registrations(r, range(150))))
             time.sleep(0.5)
-        wait_for(lambda: FULL in rep.output(), 90, "the full-disk line", rep)
+        wait_for(lambda: FULL in rep.output(), SLOW_S, "the full-disk line", rep)
         time.sleep(5)  # retrying meanwhile, in vain
         filler.unlink()  # room again
         want_copied, want_advs = settle_expected(src, dst, rep)

@@ -71,8 +71,8 @@ def test_a_sampled_stream_switched_from_the_go_replicator_advises_and_copies_not
     go = subprocess.Popen([str(GO_BINARY), "replicate", "--config", str(cfg)], stdout=log, stderr=log)
     try:
         run(publish(src, registrations(1)))
-        wait_for(lambda: run(count(dst, "REG")) >= SENDERS, 60, "the Go replicator's first copies")
-        wait_for(lambda: events(src).count("new") >= SENDERS, 60, "the Go replicator's new advisories")
+        wait_for(lambda: run(count(dst, "REG")) >= SENDERS, SLOW_S, "the Go replicator's first copies")
+        wait_for(lambda: events(src).count("new") >= SENDERS, SLOW_S, "the Go replicator's new advisories")
         go.send_signal(signal.SIGTERM)  # it writes its state as it stops
         assert go.wait(30) is not None
     finally:

@@ -79,7 +79,7 @@ def test_a_refused_message_stops_the_copy_before_it_until_the_target_takes_it(
         # The operator fixes the targets; the next retry continues from the refused message.
         run(_update_stream(dst, StreamConfig(**{**big.as_dict(), "max_msg_size": 65536})))  # type: ignore[arg-type]
         run(_update_stream(dst, StreamConfig(**{**narrow.as_dict(), "subjects": ["n.s.>"]})))  # type: ignore[arg-type]
-        wait_for(lambda: run(count(dst, "BIG")) == 3000 and run(count(dst, "NARROW")) == 3000, 120,
+        wait_for(lambda: run(count(dst, "BIG")) == 3000 and run(count(dst, "NARROW")) == 3000, SLOW_S,
                  "the copies to finish", rep)  # fmt: skip
     finally:
         assert rep.stop() == 0, rep.output()
@@ -167,7 +167,7 @@ def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
         wait_for(lambda: "refused source sequence 1500" in rep.output(10**9), SLOW_S, "the refusal", rep)
         # The copies after it in its batch are stored: the target holds a gap.
         wait_for(
-            lambda: max(copied_source_sequences(dst, "T"), default=0) > 1_500, 60, "copies after it", rep
+            lambda: max(copied_source_sequences(dst, "T"), default=0) > 1_500, SLOW_S, "copies after it", rep
         )
     finally:
         rep.kill9()

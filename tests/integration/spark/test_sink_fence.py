@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from helpers import create_stream, run, wait_for
+from helpers import SLOW_S, create_stream, run, wait_for
 from nats_servers import NatsCluster
 
 from harness.faultproxy import FaultProxy
@@ -64,7 +64,7 @@ def test_no_copy_lands_after_the_lease_ended(
         publisher = threading.Thread(target=publish, daemon=True)
         publisher.start()
         try:
-            wait_for(lambda: run(count_messages(url, "T")) >= 2000, 60, "the first copies")
+            wait_for(lambda: run(count_messages(url, "T")) >= 2000, SLOW_S, "the first copies")
             link.stall()  # the link stops: what is sent waits in buffers
             settled = [-1]
 
@@ -73,7 +73,7 @@ def test_no_copy_lands_after_the_lease_ended(
                 time.sleep(0.3)
                 return before == settled[0]
 
-            wait_for(target_settled, 60, "the target to store what passed before the stall")
+            wait_for(target_settled, SLOW_S, "the target to store what passed before the stall")
             stored_at_the_end = run(count_messages(url, "T"))  # settled and stalled: it stays
             lease_ends[0] = time.monotonic()  # the lease ends with copies still in them
             in_flight = link.unread_bytes()  # sent, in the network: the fence cannot recall them

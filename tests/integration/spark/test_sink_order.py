@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import copied_source_sequences, create_stream, run, wait_for
+from helpers import SLOW_S, copied_source_sequences, create_stream, run, wait_for
 from nats_servers import NatsCluster
 
 from replicator.aio import LoopThread
@@ -65,7 +65,7 @@ def _wait_for_leader(url: str, stream: str) -> None:
         finally:
             await nc.close()
 
-    wait_for(lambda: run(has_leader()), 30, f"stream {stream}'s leader")
+    wait_for(lambda: run(has_leader()), SLOW_S, f"stream {stream}'s leader")
 
 
 async def _allow_rollups(url: str, stream: str) -> None:
