@@ -5,7 +5,9 @@ other: the key is `SR_<entry name>_<stream>`, and its holder is the leader. A ca
 creating the key (it fails while the key exists); the leader keeps it by updating it against its
 last revision, several times per bucket TTL. A leader that dies stops updating; the bucket's TTL
 (its max age) then removes the key and a candidate's next create wins. A leader that stops
-cleanly deletes the key so a standby takes over at once.
+cleanly deletes the key so a standby takes over at once. A leader that cannot copy the entry
+(its query will not start, its batches fail) steps aside: it stops publishing, gives the key up
+a guard's time later and campaigns again only after a pause, so a peer that can copy leads.
 
 Safety: a leader publishes only while its `Lease` holds, which ends `guard` seconds before
 anyone else could win the key (the TTL after the last renewal it sent). Spark's query is stopped
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,6 +105,13 @@ class Election:
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last_complaint = -COMPLAINT_INTERVAL_S
+        # step_aside(): the pause asked for, set until the loop has given the key up (this
+        # instance does not lead meanwhile), then the time (monotonic) before which it does
+        # not campaign: the pause counts from the key's deletion.
+        self._aside_lock = threading.Lock()
+        self._aside_asked: float | None = None
+        self._aside_until = 0.0
+        self._wake = asyncio.Event()
         self.campaigns = 0
         # Times this instance won the key: a caller that saw it lead once can tell a lease lost
         # and won back between two of its looks (a stalled process) from one that held.
@@ -118,7 +128,18 @@ class Election:
         self._m_leader.set(0)
 
     def leading(self) -> bool:
-        return self.lease is not None and self.lease.holds()
+        return self.lease is not None and self.lease.holds() and self._aside_asked is None
+
+    def step_aside(self, pause: float) -> None:
+        """This instance cannot copy the entry now (a start or a batch failed): stop leading at
+        once, give the key up a guard's time later (copies already sent land first, as when a
+        lease runs out) and campaign again only `pause` s from now, at least two of a
+        candidate's intervals, so that a peer asking every second wins the key first. Alone, it
+        wins the key back after the pause. From any thread."""
+        with self._aside_lock:
+            self._aside_asked = max(pause, 2 * CANDIDATE_INTERVAL_S, self._aside_asked or 0.0)
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake.set)
 
     async def _bucket(self) -> Any:
         from nats.js.errors import BucketNotFoundError, NotFoundError
@@ -159,6 +180,10 @@ class Election:
         kv: Any = None
         while not self._stopping.is_set():
             wait = CANDIDATE_INTERVAL_S
+            if self._aside_asked is not None:
+                await self._give_up_for_a_while(kv)
+                if self._stopping.is_set():
+                    break
             try:
                 if kv is None:
                     kv, ttl = await self._bucket()
@@ -173,15 +198,53 @@ class Election:
             if self.lease is not None and self.revision is not None and not self.lease.holds():
                 self._lose("its lease ran out before it could be renewed")
             self._m_interval.set(wait)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), wait)
+            await self._sleep(wait)
         await self._resign(kv)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Until `seconds` have passed, stop() or step_aside() asked."""
+        self._wake.clear()
+        if self._aside_asked is not None:  # asked while the loop was busy (its wake was cleared)
+            return
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({stopping, woken}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            woken.cancel()
+
+    async def _give_up_for_a_while(self, kv: Any) -> None:
+        """step_aside()'s work on the loop: the key is deleted once copies sent before the call
+        had the guard's time to land (a stop meanwhile gives it up the same way, in run()), and
+        only then may this instance lead again, after the pause."""
+        if self.revision is not None and self.lease is not None:
+            self._set(False)
+            log.warning(
+                "%s: stepping aside (it cannot copy now): giving up %s; campaigning again in %.0f s",
+                self.label, self.key, self._aside_asked,
+            )  # fmt: skip
+            # The whole guard, whatever else is asked meanwhile (a stop gives the key up at
+            # once: its queries have stopped by then).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.lease.guard)
+            if kv is not None:
+                await self._resign(kv)
+            else:  # the bucket went away while leading: the key goes with it or by its TTL
+                self.revision = None
+                self.lease.lost()
+        with self._aside_lock:
+            pause, self._aside_asked = self._aside_asked or 0.0, None
+            self._aside_until = time.monotonic() + pause
 
     async def _campaign(self, kv: Any) -> float:
         """One campaign step; returns the seconds until the next."""
         from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
         assert self.lease is not None
+        aside = self._aside_until - time.monotonic()
+        if self.revision is None and aside > 0:  # stepped aside: a peer may take the key meanwhile
+            return min(aside, CANDIDATE_INTERVAL_S)
         self.campaigns += 1
         self._m_campaigns["candidate" if self.revision is None else "leader"].inc()
         sent = time.monotonic()

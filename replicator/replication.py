@@ -363,6 +363,16 @@ class StreamReplication:
         self.sink.handled_up_to(left.last_seq)
         record.clear()
 
+    def owes_copies(self) -> bool:
+        """Whether copies this instance left in flight are not settled yet: only its catch_up
+        publishes them and fills any gap they may have left (a peer taking over continues after
+        the target's last copy, past such a gap), so it keeps the lead until they are."""
+        record = self.sink.inflight if self.sink is not None else None
+        try:
+            return record is not None and record.read() is not None
+        except RuntimeError:  # unreadable: not known to be settled
+            return True
+
     def start(self, spark: SparkSession) -> StreamingQuery:
         """Start the entry's query (after catch_up, when leading); on failure it has none."""
         assert self.sink is not None, "prepare() first"

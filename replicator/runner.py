@@ -226,7 +226,10 @@ class Runner:
                 return False  # its idle query failed or waits to be retried
             if r.hot_standby and not r.warmed():
                 return True  # ready once the idle query's first batch (its warm-up) is over
-            self.readiness.set(r.label, StreamState.STANDBY)
+            # A sampled entry that stepped aside after a failure retries only once it leads
+            # again: until then it is not ready (its start failed), though it campaigns.
+            failed = not r.hot_standby and r.label in self._retries
+            self.readiness.set(r.label, StreamState.RETRYING if failed else StreamState.STANDBY)
             return True
         if not r.took_over:
             retry = self._retries.get(r.label)
@@ -257,6 +260,12 @@ class Runner:
                 self.backoff[r.label].reset()
             self._landed_at_failure[r.label] = r.sink.landed
         wait = self.backoff[r.label].next_wait()
+        if r.election is not None and r.leading() and not r.owes_copies():
+            # This instance cannot copy the entry now; a peer may. It hands the key over and
+            # leads again after the wait only if no peer took it (replicator.election). Not
+            # while it owes copies left in flight: a peer would continue past them.
+            r.election.step_aside(wait)
+            r.stand_by()
         r.log.info("retrying from the checkpoint in %.0fs", wait)
         # Servers not answering now (a link down, a restart) are retried the moment they do.
         self._retries[r.label] = _Retry(time.monotonic() + wait, servers_were_down=not r.servers_answer())

@@ -4,21 +4,34 @@ continues after the target's last copy, with nothing lost or copied twice."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import nats
 import pytest
-from helpers import SLOW_S, cli, create_stream, run, start_replicator, wait_for, write_config
+from helpers import (
+    SLOW_S,
+    cli,
+    create_stream,
+    publish,
+    run,
+    start_replicator,
+    wait_for,
+    wait_handled,
+    write_config,
+)
 from nats.js.api import KeyValueConfig
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness.faultproxy import FaultProxy
 from harness.localnats import NatsCluster
-from harness.process import ReplicatorProcess
+from harness.process import ReplicatorProcess, entry_state
 from harness.scrape import scrape
 from harness.streams import copy_differences, read_all
 from harness.streams import count_messages as count
@@ -438,3 +451,78 @@ async def delete_bucket(url: str) -> None:
         await nc.jetstream().delete_key_value(BUCKET)
     finally:
         await nc.close()
+
+
+def test_a_leader_that_cannot_start_hands_over_to_a_standby_that_can(
+    source: NatsCluster,  # noqa: F811
+    target: NatsCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A leader whose query is refused (here a sampling_buckets other than its shared
+    checkpoint's) kept the key and retried forever while a standby configured right never led.
+    It now steps aside for its retry wait: the standby leads and copies, and the refused one
+    does not take the key back while the standby renews it."""
+    src, dst = source.url, target.url
+    run(create_stream(src, "REG", SUBJECTS))
+    run(create_stream(src, "ADV", ["choria.adv.>"]))
+    run(create_bucket(src, TTL_S))
+    store = str(tmp_path / "shared" / "state")
+    for side, buckets in (("a", 8), ("b", 32)):
+        (tmp_path / side).mkdir()
+        entry = sampling_stream(
+            src, dst, leader_election_name=f"host-{side}", sampling_buckets=buckets,
+            inspect_duration="2h", warn_duration="1h",  # each sender: one copy, one `new`
+        )  # fmt: skip
+        write_config(tmp_path / side / "sr.yaml", "dc1", [entry], state_store=store)
+
+    def senders(first: int, n: int) -> None:
+        run(publish(src, [(f"{SUBJECTS[0][:-1]}n{i}", json.dumps({"sender": f"n{i}"}).encode(), None)
+                          for i in range(first, first + n)]))  # fmt: skip
+
+    # b, alone, makes the shared checkpoint: its senders in 32 buckets.
+    b = start_replicator(tmp_path / "b" / "sr.yaml")
+    try:
+        wait_for(lambda: "became the leader" in b.output(), SLOW_S, "b leading", b)
+        b.wait_ready(SLOW_S)
+        senders(0, 5)
+        wait_for(lambda: run(count(dst, "REG")) == 5, SLOW_S, "b's first copies", b)
+        wait_handled(b, src, "REG")
+    finally:
+        assert b.stop() == 0, b.output()
+    procs = [start_replicator(tmp_path / "a" / "sr.yaml")]
+    try:
+        a = procs[0]
+        wait_for(lambda: "sampling_buckets is 8" in a.output(), SLOW_S, "a refused", a)
+        wait_for(lambda: "stepping aside" in a.output(10**9), SLOW_S, "a stepping aside", a)
+        assert entry_state(a.metrics_url, "REG/dc1") == "retrying"  # not ready: its start failed
+        procs.append(b := start_replicator(tmp_path / "b" / "sr.yaml"))
+        wait_for(lambda: "became the leader" in b.output(), SLOW_S, "b leading while a cannot", b)
+        senders(5, 5)
+        wait_for(lambda: run(count(dst, "REG")) == 10, SLOW_S, "b's copies of the new senders", b)
+        wait_handled(b, src, "REG")
+        # a campaigns again once its retry wait (up to 30 s) is over, and loses to b.
+        tries = _campaigns(a)
+        wait_for(lambda: _campaigns(a) > tries, SLOW_S, "a campaigning again", a)
+        assert run(leader_of(src, "SR_dc1_REG")) == "host-b"
+        assert "lost the leadership" not in b.output(10**9)
+        assert b.stop() == 0 and a.stop() == 0
+    finally:
+        for p in procs:
+            p.kill9()
+    copied = run(read_all(dst, "REG"))
+    assert sorted(json.loads(m.data)["sender"] for m in copied) == sorted(f"n{i}" for i in range(10))
+    _, advs, docs = got(src, dst, "REG", "ADV", "dc1")
+    assert sorted((value, event) for value, event, _ in advs) == sorted((f"n{i}", "new") for i in range(10))
+    assert len({d["event_id"] for d in docs}) == len(docs)
+
+
+def _campaigns(rep: ReplicatorProcess) -> float:
+    """How often `rep` asked for the key while not leading (its candidate campaigns)."""
+    text = urllib.request.urlopen(rep.metrics_url, timeout=10).read().decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "choria_stream_replicator_election_campaigns"
+        for s in family.samples
+        if s.name.endswith("_total") and s.labels.get("state") == "candidate"
+    )

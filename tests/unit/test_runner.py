@@ -87,9 +87,34 @@ class _Stream:
         self.log = logging.getLogger("test")
         self.sink = SimpleNamespace(landed=0)
         self.answers = answers
+        self.election: _Election | None = None
+        self.stood_by = 0
+        self.in_flight = False
 
     def servers_answer(self) -> bool:
         return self.answers.pop(0) if self.answers else True
+
+    def leading(self) -> bool:
+        return self.election is None or self.election.leading()
+
+    def stand_by(self) -> None:
+        self.stood_by += 1
+
+    def owes_copies(self) -> bool:
+        return self.in_flight
+
+
+class _Election:
+    """What the runner asks of an entry's election when its start or batch fails."""
+
+    def __init__(self) -> None:
+        self.asides: list[float] = []
+
+    def leading(self) -> bool:
+        return not self.asides
+
+    def step_aside(self, pause: float) -> None:
+        self.asides.append(pause)
 
 
 def _runner() -> tuple[Runner, list[str]]:
@@ -204,3 +229,32 @@ def test_a_stop_past_its_deadline_says_which_step_it_was_in_and_what_was_slow(mo
         assert "s; before that REG/dc1's query " in steps.describe()
     assert steps.describe().startswith("stopping; before that REG/dc1's query ")
     assert ", Spark " in steps.describe()
+
+
+def test_a_leader_that_fails_hands_its_key_over_for_its_retry_wait_and_stands_by() -> None:
+    """A leader whose start keeps failing (a refused sampling_buckets, a bad state file) kept
+    the key and retried forever, while a peer that could copy stood by."""
+    runner, _ = _runner()
+    stream = _Stream([])
+    stream.election = _Election()
+    runner._schedule_retry(stream)  # type: ignore[arg-type]
+    wait = runner._retries["S/dc1"].due - time.monotonic()
+    assert stream.election.asides and abs(stream.election.asides[0] - wait) < 0.5
+    assert stream.stood_by == 1
+    runner._schedule_retry(stream)  # failing again while standing by: nothing more to give up
+    assert len(stream.election.asides) == 1 and stream.stood_by == 1
+
+
+def test_a_leader_owing_copies_left_in_flight_keeps_the_key_and_retries() -> None:
+    """A failed batch leaves its copies in flight (maybe with a gap, on an R3 target): only this
+    instance's catch_up publishes them; a peer would continue after the target's last copy,
+    past the gap. So it keeps the lead until they are settled."""
+    runner, _ = _runner()
+    stream = _Stream([])
+    stream.election = _Election()
+    stream.in_flight = True
+    runner._schedule_retry(stream)  # type: ignore[arg-type]
+    assert stream.election.asides == [] and stream.stood_by == 0 and "S/dc1" in runner._retries
+    stream.in_flight = False  # the retry's catch_up settled them; its start then failed
+    runner._schedule_retry(stream)  # type: ignore[arg-type]
+    assert len(stream.election.asides) == 1 and stream.stood_by == 1
