@@ -153,15 +153,19 @@ class Election:
                 f"create it with a TTL, e.g. `nats kv add {BUCKET} --ttl 10s --replicas 3`; "
                 "retrying until it exists"
             ) from None
-        status = await kv.status()
-        ttl = status.ttl
+        return kv, await self._ttl(kv)
+
+    @staticmethod
+    async def _ttl(kv: Any) -> float:
+        """The bucket's TTL now, refused outside Choria's limits."""
+        ttl = (await kv.status()).ttl
         if not ttl or not MIN_TTL_S <= ttl <= MAX_TTL_S:
             raise BucketMissing(
                 f"leader election: the KV bucket {BUCKET} has a TTL of {ttl or 'none'}; it needs one "
                 f"from {MIN_TTL_S:.0f} s to {MAX_TTL_S:.0f} s (a dead leader's key must expire): "
                 f"recreate it, e.g. `nats kv add {BUCKET} --ttl 10s --replicas 3`; retrying"
             )
-        return kv, float(ttl)
+        return float(ttl)
 
     def _complain(self, text: str) -> None:
         now = time.monotonic()
@@ -255,6 +259,11 @@ class Election:
                 # Someone holds it (or its key expired between the client's two steps of a
                 # create): ask again in a second.
                 return CANDIDATE_INTERVAL_S
+            # The lease is the TTL the key was created with: the bucket may have been created
+            # again since it was first looked at, with a shorter TTL, under which a lease of
+            # the old one would outlive the key (and a peer could win it while this one
+            # publishes). Until this answers, the key is held but nothing is published.
+            self.lease = Lease.for_ttl(await self._ttl(kv))
             self.lease.renewed(sent)
             self.wins += 1
             log.warning("%s: became the leader (%s)", self.label, self.key)

@@ -108,3 +108,23 @@ def test_a_leader_alone_leads_again_after_its_pause(nats_server: NatsCluster) ->
         await nc.close()
 
     run(go())
+
+
+def test_a_win_after_the_bucket_was_created_again_takes_its_new_ttl(nats_server: NatsCluster) -> None:
+    """A lease of the old TTL would outlive a key created under a shorter one: a peer could win
+    it while this instance still publishes."""
+
+    async def go() -> None:
+        nc = await nats.connect(nats_server.url.split(","))
+        js = nc.jetstream()
+        await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=10.0))
+        a, a_run, a_nc = await _candidate(nats_server.url, "a")
+        await _until(a.leading, 30, "a leading")
+        await js.delete_key_value(BUCKET)
+        await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=2.0))
+        await _until(lambda: a.wins == 2 and a.leading(), 60, "a winning the new bucket's key")
+        assert a.lease is not None and a.lease.ttl == 2.0
+        await _stop(a, a_run, a_nc)
+        await nc.close()
+
+    run(go())
