@@ -263,7 +263,14 @@ class Election:
             # again since it was first looked at, with a shorter TTL, under which a lease of
             # the old one would outlive the key (and a peer could win it while this one
             # publishes). Until this answers, the key is held but nothing is published.
-            self.lease = Lease.for_ttl(await self._ttl(kv))
+            try:
+                self.lease = Lease.for_ttl(await self._ttl(kv))
+            except Exception:
+                # Not leading: give the key back rather than block everyone for its TTL.
+                revision, self.revision = self.revision, None
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(kv.delete(self.key, last=revision), 2)
+                raise
             self.lease.renewed(sent)
             self.wins += 1
             log.warning("%s: became the leader (%s)", self.label, self.key)

@@ -121,6 +121,9 @@ class StreamReplication:
         self.took_over = False  # leader-elected: this instance's query runs as the leader
         self._election_run: concurrent.futures.Future[None] | None = None
         self._won = 0  # the election's wins when this instance last took over
+        # A batch failed and none has ended since: what it published may have left a copy
+        # missing that only this instance's replay of it publishes (owes_copies).
+        self.batch_unsettled = False
         self.log = stream_logger(__name__, self.label)
         # Finds and publishes what a batch that failed mid-way left missing (replicator.gap_fill).
         self.gap_fill = GapFill(loop, self.log, scfg.target_subject_prefix, scfg.target_subject_remove)
@@ -281,6 +284,7 @@ class StreamReplication:
     def batch_committed(self) -> None:
         """A batch of the entry's query ended (Spark's progress event): once the checkpoint
         holds a commit, the seed is in it."""
+        self.batch_unsettled = False
         if self._choria_seeded is not None and has_commit(self._choria_seeded[1]):
             self._retire_choria_state(self._choria_seeded[0])
             self._choria_seeded = None
@@ -365,8 +369,12 @@ class StreamReplication:
 
     def owes_copies(self) -> bool:
         """Whether copies this instance left in flight are not settled yet: only its catch_up
-        publishes them and fills any gap they may have left (a peer taking over continues after
-        the target's last copy, past such a gap), so it keeps the lead until they are."""
+        (a copy entry's in-flight record) or its replay of a failed batch (a sampled entry's,
+        which has no record) publishes them and fills any gap they may have left. A peer taking
+        over continues after the target's last copy, past such a gap, so this instance keeps
+        the lead until they are settled."""
+        if self.batch_unsettled:
+            return True
         record = self.sink.inflight if self.sink is not None else None
         try:
             return record is not None and record.read() is not None

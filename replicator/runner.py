@@ -206,6 +206,8 @@ class Runner:
             r.log.error("publishing a batch failed (%s)%s", _first_line(err), _hint(err, r))
         elif state is QueryState.FAILED:
             r.log.error("batch failed (%s)%s", _first_line(err) if err else "stopped", _hint(err, r))
+        if state in (QueryState.PUBLISH_FAILED, QueryState.FAILED):
+            r.batch_unsettled = True
         r.drop_query()
         r.sink.labels.of(metrics().errors).inc()
         self._schedule_retry(r)

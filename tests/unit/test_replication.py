@@ -59,3 +59,23 @@ def test_a_missing_copy_belonged_before_the_lowest_placed_copy_of_a_later_source
     assert after(0) == 10
     assert after(5) is None
     assert next_position({})(1) is None
+
+
+def test_a_failed_batch_is_owed_until_a_batch_ends(tmp_path: Path) -> None:
+    """A sampled entry has no in-flight record: a failed batch's copies (one refused, later ones
+    stored) are settled only by this instance's replay of it, so a leader keeps the key until
+    a batch ends (replicator.runner steps aside only when nothing is owed)."""
+    cfg = Config.model_validate(
+        {"name": "dc1", "state_store": str(tmp_path), "streams": [
+            {"stream": "REG", "source_url": "nats://127.0.0.1:1", "target_url": "nats://127.0.0.1:2",
+             "inspect_field": "sender", "inspect_duration": "1h", "leader_election_name": "a"}]}
+    )  # fmt: skip
+    r = StreamReplication(cfg, cfg.streams[0], LoopThread("test-owed"))
+    try:
+        assert not r.owes_copies()
+        r.batch_unsettled = True  # what the runner sets when it sees the batch fail
+        assert r.owes_copies()
+        r.batch_committed()  # the replay's batch ended
+        assert not r.owes_copies()
+    finally:
+        r.loop.stop()
