@@ -6,8 +6,9 @@ creating the key (it fails while the key exists); the leader keeps it by updatin
 last revision, several times per bucket TTL. A leader that dies stops updating; the bucket's TTL
 (its max age) then removes the key and a candidate's next create wins. A leader that stops
 cleanly deletes the key so a standby takes over at once. A leader that cannot copy the entry
-(its query will not start, its batches fail) steps aside: it stops publishing, gives the key up
-a guard's time later and campaigns again only after a pause, so a peer that can copy leads.
+(its query will not start, its take-over fails; replicator.runner asks only when it owes no
+copies) steps aside: it stops publishing, gives the key up a guard's time later and campaigns
+again only after a pause, so a peer that can copy leads.
 
 Safety: a leader publishes only while its `Lease` holds, which ends `guard` seconds before
 anyone else could win the key (the TTL after the last renewal it sent). Spark's query is stopped
@@ -131,7 +132,7 @@ class Election:
         return self.lease is not None and self.lease.holds() and self._aside_asked is None
 
     def step_aside(self, pause: float) -> None:
-        """This instance cannot copy the entry now (a start or a batch failed): stop leading at
+        """This instance cannot copy the entry now (its start or take-over failed): stop leading at
         once, give the key up a guard's time later (copies already sent land first, as when a
         lease runs out) and campaign again only `pause` s from now, at least two of a
         candidate's intervals, so that a peer asking every second wins the key first. Alone, it
@@ -232,11 +233,7 @@ class Election:
             # once: its queries have stopped by then).
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.lease.guard)
-            if kv is not None:
-                await self._resign(kv)
-            else:  # the bucket went away while leading: the key goes with it or by its TTL
-                self.revision = None
-                self.lease.lost()
+            await self._resign(kv)  # kv is set: a revision is only had through it
         with self._aside_lock:
             pause, self._aside_asked = self._aside_asked or 0.0, None
             self._aside_until = time.monotonic() + pause
