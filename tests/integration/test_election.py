@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import nats
@@ -27,6 +28,7 @@ from helpers import (
     write_config,
 )
 from nats.js.api import KeyValueConfig
+from nats_servers import nats_cluster
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.faultproxy import FaultProxy
@@ -146,7 +148,7 @@ GO_BINARY = Path(
 
 
 async def leader_of(url: str, key: str) -> str:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))
     try:
         kv = await nc.jetstream().key_value(BUCKET)
         return (await kv.get(key)).value.decode()
@@ -446,15 +448,23 @@ def test_a_leader_cut_off_from_the_source_cluster_stops_before_the_standby_start
 
 
 async def delete_bucket(url: str) -> None:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))
     try:
         await nc.jetstream().delete_key_value(BUCKET)
     finally:
         await nc.close()
 
 
+@pytest.fixture(params=[1, 3], ids=["single-source", "r3-source"])
+def source_of_each_kind(request: pytest.FixtureRequest) -> Iterator[tuple[NatsCluster, int]]:
+    """The source side (streams and election bucket) on one server, or on a 3-server cluster
+    with R3 streams and bucket. Yields the cluster and the replicas."""
+    with nats_cluster(request.param, "dc1") as c:
+        yield c, request.param
+
+
 def test_a_leader_that_cannot_start_hands_over_to_a_standby_that_can(
-    source: NatsCluster,  # noqa: F811
+    source_of_each_kind: tuple[NatsCluster, int],
     target: NatsCluster,  # noqa: F811
     tmp_path: Path,
 ) -> None:
@@ -462,10 +472,11 @@ def test_a_leader_that_cannot_start_hands_over_to_a_standby_that_can(
     checkpoint's) kept the key and retried forever while a standby configured right never led.
     It now steps aside for its retry wait: the standby leads and copies, and the refused one
     does not take the key back while the standby renews it."""
-    src, dst = source.url, target.url
-    run(create_stream(src, "REG", SUBJECTS))
-    run(create_stream(src, "ADV", ["choria.adv.>"]))
-    run(create_bucket(src, TTL_S))
+    servers, replicas = source_of_each_kind
+    src, dst = servers.url, target.url
+    run(create_stream(src, "REG", SUBJECTS, num_replicas=replicas))
+    run(create_stream(src, "ADV", ["choria.adv.>"], num_replicas=replicas))
+    run(create_bucket(src, TTL_S, replicas=replicas))
     store = str(tmp_path / "shared" / "state")
     for side, buckets in (("a", 8), ("b", 32)):
         (tmp_path / side).mkdir()

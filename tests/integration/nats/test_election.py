@@ -1,23 +1,32 @@
-"""Stepping aside, on a real server's election bucket: a leader that cannot copy hands the key to
-a peer (deleted, not left to expire), no sooner than its guard, and campaigns again only after
-its pause; alone, it leads again after the pause."""
+"""Stepping aside, on a real election bucket (one server, and an R3 bucket on a 3-server
+cluster): a leader that cannot copy hands the key to a peer (deleted, not left to expire), no
+sooner than its guard, and campaigns again only after its pause; alone, it leads again after the
+pause. On the cluster, also while the server the leader is connected to restarts."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import nats
 import pytest
 from helpers import run
 from nats.js.api import KeyValueConfig
-from nats_servers import NatsCluster
+from nats_servers import NatsCluster, nats_cluster
 
 from replicator.election import BUCKET, Election
 
 KEY = "SR_dc1_REG"
 TTL_S = 5.0
+
+
+@pytest.fixture(params=[1, 3], ids=["single", "r3"])
+def election_servers(request: pytest.FixtureRequest) -> Iterator[tuple[NatsCluster, int]]:
+    """The source side as production runs it either way: one server, or a 3-server cluster
+    whose election bucket keeps 3 replicas. Yields the cluster and the bucket's replicas."""
+    with nats_cluster(request.param, "dc1") as c:
+        yield c, request.param
 
 
 async def _until(
@@ -32,8 +41,15 @@ async def _until(
         await asyncio.sleep(0.02)
 
 
-async def _candidate(url: str, name: str) -> tuple[Election, asyncio.Task[None], nats.NATS]:
-    nc = await nats.connect(url.split(","), name=f"test-election-{name}")
+async def _candidate(
+    url: str, name: str, first: str | None = None
+) -> tuple[Election, asyncio.Task[None], nats.NATS]:
+    """A candidate connected to every server of `url`, to `first` first when given (so two
+    candidates of a cluster talk to different servers)."""
+    urls = url.split(",")
+    if first is not None:
+        urls = [first] + [u for u in urls if u != first]
+    nc = await nats.connect(urls, name=f"test-election-{name}", dont_randomize=first is not None)
     election = Election(nc, KEY, name, f"REG/{name}")
     return election, asyncio.create_task(election.run()), nc
 
@@ -48,14 +64,19 @@ async def _stop(election: Election, task: asyncio.Task[None], nc: nats.NATS) -> 
     ("ttl", "pause"), [(5.0, 4.0), (15.0, 2.0)], ids=["pause-past-guard", "guard-past-pause"]
 )
 def test_a_leader_stepping_aside_hands_the_key_to_a_peer_after_its_guard(
-    nats_server: NatsCluster, ttl: float, pause: float
+    election_servers: tuple[NatsCluster, int], ttl: float, pause: float
 ) -> None:
+    servers, replicas = election_servers
+    urls = [s.url for s in servers.servers]
+
     async def go() -> None:
-        nc = await nats.connect(nats_server.url.split(","))
-        kv = await nc.jetstream().create_key_value(KeyValueConfig(bucket=BUCKET, ttl=ttl, history=64))
-        a, a_run, a_nc = await _candidate(nats_server.url, "a")
+        nc = await nats.connect(servers.url.split(","))
+        kv = await nc.jetstream().create_key_value(
+            KeyValueConfig(bucket=BUCKET, ttl=ttl, history=64, replicas=replicas)
+        )
+        a, a_run, a_nc = await _candidate(servers.url, "a", first=urls[0])
         await _until(a.leading, 30, "a leading")
-        b, b_run, b_nc = await _candidate(nats_server.url, "b")
+        b, b_run, b_nc = await _candidate(servers.url, "b", first=urls[-1])
         await asyncio.sleep(1.5)
         assert not b.leading()  # one leader at a time
         assert a.lease is not None
@@ -89,11 +110,13 @@ def test_a_leader_stepping_aside_hands_the_key_to_a_peer_after_its_guard(
     run(go())
 
 
-def test_a_leader_alone_leads_again_after_its_pause(nats_server: NatsCluster) -> None:
+def test_a_leader_alone_leads_again_after_its_pause(election_servers: tuple[NatsCluster, int]) -> None:
+    servers, replicas = election_servers
+
     async def go() -> None:
-        nc = await nats.connect(nats_server.url.split(","))
-        await nc.jetstream().create_key_value(KeyValueConfig(bucket=BUCKET, ttl=TTL_S))
-        a, a_run, a_nc = await _candidate(nats_server.url, "a")
+        nc = await nats.connect(servers.url.split(","))
+        await nc.jetstream().create_key_value(KeyValueConfig(bucket=BUCKET, ttl=TTL_S, replicas=replicas))
+        a, a_run, a_nc = await _candidate(servers.url, "a")
         await _until(a.leading, 30, "a leading")
         assert a.lease is not None
         guard = a.lease.guard
@@ -110,20 +133,64 @@ def test_a_leader_alone_leads_again_after_its_pause(nats_server: NatsCluster) ->
     run(go())
 
 
-def test_a_win_after_the_bucket_was_created_again_takes_its_new_ttl(nats_server: NatsCluster) -> None:
+def test_a_win_after_the_bucket_was_created_again_takes_its_new_ttl(
+    election_servers: tuple[NatsCluster, int],
+) -> None:
     """A lease of the old TTL would outlive a key created under a shorter one: a peer could win
     it while this instance still publishes."""
 
+    servers, replicas = election_servers
+
     async def go() -> None:
-        nc = await nats.connect(nats_server.url.split(","))
+        nc = await nats.connect(servers.url.split(","))
         js = nc.jetstream()
-        await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=10.0))
-        a, a_run, a_nc = await _candidate(nats_server.url, "a")
+        await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=10.0, replicas=replicas))
+        a, a_run, a_nc = await _candidate(servers.url, "a")
         await _until(a.leading, 30, "a leading")
         await js.delete_key_value(BUCKET)
-        await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=2.0))
+        await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=2.0, replicas=replicas))
         await _until(lambda: a.wins == 2 and a.leading(), 60, "a winning the new bucket's key")
         assert a.lease is not None and a.lease.ttl == 2.0
+        await _stop(a, a_run, a_nc)
+        await nc.close()
+
+    run(go())
+
+
+def test_a_leader_stepping_aside_while_its_server_restarts_never_leads_beside_its_peer(
+    source_cluster: NatsCluster,
+) -> None:
+    """A rolling restart reaches the server the leader talks to just as it steps aside: its
+    key's deletion may fail (then the key expires), but the peer, on another server, leads no
+    sooner than the guard after the ask, never while the old leader does, and the old leader
+    leads again only once the peer gives the key up."""
+    servers = source_cluster.servers
+
+    async def go() -> None:
+        nc = await nats.connect(servers[-1].url)
+        await nc.jetstream().create_key_value(KeyValueConfig(bucket=BUCKET, ttl=TTL_S, replicas=3))
+        a, a_run, a_nc = await _candidate(source_cluster.url, "a", first=servers[0].url)
+        await _until(a.leading, 30, "a leading")
+        b, b_run, b_nc = await _candidate(source_cluster.url, "b", first=servers[-1].url)
+        await asyncio.sleep(1.5)
+        assert not b.leading()
+        assert a.lease is not None and a_nc.connected_url is not None
+        guard = a.lease.guard
+        restarted = next(s for s in servers if s.port == a_nc.connected_url.port)
+
+        asked = time.monotonic()
+        a.step_aside(2.0)
+        await asyncio.to_thread(restarted.stop)
+        await _until(b.leading, 60, "b leading", never=a.leading)
+        assert time.monotonic() - asked >= guard
+        await asyncio.to_thread(restarted.start)
+
+        # a campaigns again through another server; b keeps the key across the restart.
+        tries = a.campaigns
+        await _until(lambda: a.campaigns >= tries + 2, 60, "a campaigning again", never=a.leading)
+        assert b.leading()
+        await _stop(b, b_run, b_nc)
+        await _until(a.leading, 60, "a leading again after b's stop", never=b.leading)
         await _stop(a, a_run, a_nc)
         await nc.close()
 
