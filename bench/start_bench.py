@@ -40,8 +40,8 @@ from bench.copy_bench import fill, stream_count
 from bench.proctree import PeakRSS
 from harness.localnats import free_port, local_cluster
 from harness.proctree import _kind, _tree
+from harness.scrape import batch_steps
 
-METRICS = "choria_stream_replicator_replicator"  # the replicator's metric names (Choria's)
 FIGURES = ("first_copy_s", "all_copied_s", "ready_s", "jvm_seen_s", "rss_mb", "pss_mb")
 
 
@@ -83,14 +83,10 @@ class FirstCopy:
 
 def spark_steps(port: int) -> dict[str, float]:
     """Spark's steps (seconds, summed over the batches so far) and the batch count."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    steps: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(f"{METRICS}_batch_step_seconds_sum"):
-            steps[line.split('step="')[1].split('"')[0]] = float(line.split()[-1])
-        elif line.startswith(f"{METRICS}_batch_step_seconds_count") and 'step="triggerExecution"' in line:
-            steps["batches"] = float(line.split()[-1])
-    return steps
+    steps = batch_steps(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    out = {step: seconds for step, (seconds, _) in steps.items()}
+    out["batches"] = steps.get("triggerExecution", (0.0, 0.0))[1]
+    return out
 
 
 def jvm_in_tree(root: int) -> bool:

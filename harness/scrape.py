@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 _NS = "choria_stream_replicator_replicator"
 _SCRAPED = {
@@ -15,43 +16,52 @@ _SCRAPED = {
 }
 
 
+def read_samples(url: str, timeout: float = 5) -> dict[str, list[Sample]]:
+    """The replicator's /metrics: each family's samples, by family name."""
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        text = r.read().decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def samples_of(
+    families: dict[str, list[Sample]], family: str, suffix: str = "", **labels: str
+) -> list[Sample]:
+    """`family`'s samples whose labels include `labels`: its value series (a gauge's, a
+    counter's `_total`), or the series `family + suffix` (a histogram's `_count`, `_sum`)."""
+    names = {family + suffix} if suffix else {family, f"{family}_total"}
+    return [
+        s
+        for s in families.get(family, [])
+        if s.name in names and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+
+
+def metric_sum(url: str, family: str, suffix: str = "", timeout: float = 5, **labels: str) -> float:
+    """`family`'s series whose labels include `labels`, summed (see samples_of)."""
+    return sum(s.value for s in samples_of(read_samples(url, timeout), family, suffix, **labels))
+
+
 def scrape(url: str, timeout: float = 2, worker: str | None = None) -> dict[str, float]:
     """received/copied counters, lag, sequence and completed batches: summed over the
     replicator's streams, or of the stream entry `worker`."""
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        text = r.read().decode()
-    out = dict.fromkeys([*_SCRAPED.values(), "batches"], 0.0)
-    for family in text_string_to_metric_families(text):
-        key = _SCRAPED.get(family.name)
-        if family.name == f"{_NS}_batch_duration_seconds":
-            out["batches"] += sum(
-                s.value
-                for s in family.samples
-                if s.name.endswith("_count") and worker in (None, s.labels.get("worker"))
-            )
-        elif key:
-            out[key] += sum(
-                s.value
-                for s in family.samples
-                if not s.name.endswith("_created") and worker in (None, s.labels.get("worker"))
-            )
+    families = read_samples(url, timeout)
+    which = {} if worker is None else {"worker": worker}
+    out = {key: sum(s.value for s in samples_of(families, name, **which)) for name, key in _SCRAPED.items()}
+    out["batches"] = sum(
+        s.value for s in samples_of(families, f"{_NS}_batch_duration_seconds", "_count", **which)
+    )
     return out
 
 
 def batch_steps(url: str, timeout: float = 5) -> dict[str, tuple[float, float]]:
     """{step: (seconds summed, batches)} of the replicator's batch_step_seconds histogram,
     summed over its streams (replicator.spark.listener feeds it)."""
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        text = r.read().decode()
     out: dict[str, tuple[float, float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != f"{_NS}_batch_step_seconds":
-            continue
-        for s in family.samples:
-            seconds, batches = out.get(s.labels.get("step", ""), (0.0, 0.0))
-            if s.name.endswith("_sum"):
-                seconds += s.value
-            elif s.name.endswith("_count"):
-                batches += s.value
-            out[s.labels.get("step", "")] = (seconds, batches)
+    for s in read_samples(url, timeout).get(f"{_NS}_batch_step_seconds", []):
+        seconds, batches = out.get(s.labels.get("step", ""), (0.0, 0.0))
+        if s.name.endswith("_sum"):
+            seconds += s.value
+        elif s.name.endswith("_count"):
+            batches += s.value
+        out[s.labels.get("step", "")] = (seconds, batches)
     return out

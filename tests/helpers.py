@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,10 @@ import yaml
 from nats.js.api import StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import NoStreamResponseError
-from prometheus_client.parser import text_string_to_metric_families
 
 from harness.localnats import free_port
 from harness.process import ReplicatorProcess, process_tree
+from harness.scrape import read_samples, samples_of
 from harness.streams import copied_sequences
 from replicator.nats import wire
 from replicator.nats.connect import open_connection
@@ -138,20 +137,11 @@ def handled_sequence(proc: Replicator, stream: str) -> int:
     skipped), from its /metrics: a batch says so only once its copies and advisories are
     published. 0 while its monitor is not up yet (a restarted process)."""
     try:
-        with urllib.request.urlopen(proc.metrics_url, timeout=5) as r:
-            text = r.read().decode()
+        families = read_samples(proc.metrics_url)
     except OSError:
         return 0
-    return max(
-        (
-            int(s.value)
-            for family in text_string_to_metric_families(text)
-            if family.name == "choria_stream_replicator_replicator_stream_sequence"
-            for s in family.samples
-            if s.labels.get("stream") == stream
-        ),
-        default=0,
-    )
+    family = "choria_stream_replicator_replicator_stream_sequence"
+    return max((int(s.value) for s in samples_of(families, family, stream=stream)), default=0)
 
 
 def wait_handled(proc: Replicator, url: str, stream: str, timeout: float = SLOW_S) -> None:

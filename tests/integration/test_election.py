@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,12 +28,11 @@ from helpers import (
 )
 from nats.js.api import KeyValueConfig
 from nats_servers import nats_cluster
-from prometheus_client.parser import text_string_to_metric_families
 
 from harness.faultproxy import FaultProxy
 from harness.localnats import NatsCluster
 from harness.process import ReplicatorProcess, entry_state
-from harness.scrape import scrape
+from harness.scrape import metric_sum, scrape
 from harness.streams import copy_differences, read_all
 from harness.streams import count_messages as count
 from replicator.election import BUCKET
@@ -529,11 +527,4 @@ def test_a_leader_that_cannot_start_hands_over_to_a_standby_that_can(
 
 def _campaigns(rep: ReplicatorProcess) -> float:
     """How often `rep` asked for the key while not leading (its candidate campaigns)."""
-    text = urllib.request.urlopen(rep.metrics_url, timeout=10).read().decode()
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "choria_stream_replicator_election_campaigns"
-        for s in family.samples
-        if s.name.endswith("_total") and s.labels.get("state") == "candidate"
-    )
+    return metric_sum(rep.metrics_url, "choria_stream_replicator_election_campaigns", state="candidate")

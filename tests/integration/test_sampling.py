@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,8 @@ from helpers import (
     wait_handled,
     write_config,
 )
-from prometheus_client.parser import text_string_to_metric_families
 
-from harness.scrape import scrape
+from harness.scrape import read_samples, samples_of, scrape
 from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import MSG_ID_HEADER, parse_source_header
@@ -74,14 +72,8 @@ def emulate(scenario: Path, url: str) -> None:
 
 
 def advisories_counted(metrics_url: str) -> dict[str, int]:
-    with urllib.request.urlopen(metrics_url, timeout=5) as r:
-        text = r.read().decode()
-    return {
-        s.labels["advisory"]: int(s.value)
-        for fam in text_string_to_metric_families(text)
-        if fam.name == "choria_stream_replicator_advisor_total_messages"  # Choria's name and label
-        for s in fam.samples
-    }
+    family = "choria_stream_replicator_advisor_total_messages"  # Choria's name and label
+    return {s.labels["advisory"]: int(s.value) for s in samples_of(read_samples(metrics_url), family)}
 
 
 def checkpoint_partitions(entry_dir: Path) -> str:
