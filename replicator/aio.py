@@ -12,9 +12,14 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+class LoopStopped(RuntimeError):
+    pass
+
+
 class LoopThread:
     def __init__(self, name: str = "nats-loop") -> None:
         self.loop = asyncio.new_event_loop()
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -25,7 +30,7 @@ class LoopThread:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run `coro` on the loop and wait for its result; past `timeout` it is cancelled (not
         left running: a connection attempt would otherwise connect later, an orphan)."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future = self.submit(coro)
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
@@ -33,10 +38,16 @@ class LoopThread:
             raise
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Start `coro` on the loop; its future completes when it does."""
+        """Start `coro` on the loop; its future completes when it does. Refused once the loop
+        is stopped: its future would never complete (a waiter would wait for ever, and a
+        batch handed over would look published to Spark)."""
+        if self._stopped:
+            coro.close()
+            raise LoopStopped("the NATS connection loop has stopped: the replicator is stopping")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def stop(self) -> None:
+        self._stopped = True
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)

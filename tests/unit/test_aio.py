@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from replicator.aio import LoopThread
+from replicator.aio import LoopStopped, LoopThread
 from replicator.nats.connect import open_connection
 
 
@@ -34,3 +34,21 @@ def test_a_call_that_times_out_is_cancelled_and_leaves_no_connection_behind() ->
     finally:
         loop.stop()
         silent.close()
+
+
+def test_work_handed_to_a_stopped_loop_is_refused_not_left_waiting() -> None:
+    """A batch handed over after the loop stopped would never be published, and its waiter
+    would wait for ever: it is refused at once, and the coroutine is closed, not leaked."""
+    loop = LoopThread("test-aio-stopped")
+
+    async def answer() -> int:
+        return 42
+
+    assert loop.run(answer(), 5) == 42
+    loop.stop()
+    coro = answer()
+    with pytest.raises(LoopStopped, match="has stopped"):
+        loop.submit(coro)
+    assert coro.cr_frame is None  # closed: no "never awaited" warning, nothing left to run
+    with pytest.raises(LoopStopped):
+        loop.run(answer(), 5)
