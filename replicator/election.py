@@ -11,7 +11,8 @@ copies) steps aside: it stops publishing, gives the key up a guard's time later 
 again only after a pause, so a peer that can copy leads.
 
 Safety: a leader publishes only while its `Lease` holds, which ends `guard` seconds before
-anyone else could win the key (the TTL after the last renewal it sent). Spark's query is stopped
+anyone else could win the key (the TTL after the last renewal it sent; the TTL is read again
+after each win and renewal, so a bucket whose TTL was shortened shortens the lease). Spark's query is stopped
 when the lease ends, but the sinks check the lease before each publish, so a query still
 stopping cannot publish under another leader.
 """
@@ -279,7 +280,23 @@ class Election:
             self._lose("another instance holds the key")
             return CANDIDATE_INTERVAL_S
         self.lease.renewed(sent)
+        await self._follow_ttl(kv, sent)
         return self.lease.renew_every
+
+    async def _follow_ttl(self, kv: Any, sent: float) -> None:
+        """After each renewal, the bucket's TTL as it is now: one shortened in place (its
+        stream's max age edited) expires the key sooner than the lease said, and a peer could
+        win it while this instance still publishes. A failed read keeps the lease as it was:
+        slow servers must not end it."""
+        assert self.lease is not None
+        try:
+            ttl = await self._ttl(kv)
+        except Exception:
+            return
+        if ttl != self.lease.ttl:
+            log.warning("%s: the bucket's TTL is now %.0f s (was %.0f s); the lease follows it", self.label, ttl, self.lease.ttl)  # fmt: skip
+            self.lease = Lease.for_ttl(ttl)
+            self.lease.renewed(sent)
 
     def _lose(self, why: str) -> None:
         self.revision = None

@@ -195,3 +195,32 @@ def test_a_leader_stepping_aside_while_its_server_restarts_never_leads_beside_it
         await nc.close()
 
     run(go())
+
+
+def test_a_ttl_shortened_in_place_shortens_the_lease_at_the_next_renewal(
+    election_servers: tuple[NatsCluster, int],
+) -> None:
+    """An operator edits the bucket's max age from 10 s to 3 s: a lease of the old TTL (valid
+    8 s after a renewal) would outlive a key that now expires 3 s after it, and a peer could
+    win the key while this instance publishes."""
+    servers, replicas = election_servers
+
+    async def go() -> None:
+        nc = await nats.connect(servers.url.split(","))
+        js = nc.jetstream()
+        await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=10.0, replicas=replicas))
+        a, a_run, a_nc = await _candidate(servers.url, "a")
+        await _until(a.leading, 30, "a leading")
+        config = (await js.stream_info(f"KV_{BUCKET}")).config
+        config.max_age = config.duplicate_window = 3.0  # the window may not outlast the age
+        await js.update_stream(config)
+        await _until(lambda: a.lease is not None and a.lease.ttl == 3.0, 30, "a's lease following the TTL")
+        assert a.lease is not None and a.lease.guard == 0.6
+        # It keeps the key under the new TTL: renewals come often enough for it.
+        wins = a.wins
+        await asyncio.sleep(4.0)
+        assert a.leading() and a.wins == wins
+        await _stop(a, a_run, a_nc)
+        await nc.close()
+
+    run(go())
