@@ -20,6 +20,7 @@ class LoopThread:
     def __init__(self, name: str = "nats-loop") -> None:
         self.loop = asyncio.new_event_loop()
         self._stopped = False
+        self._stopping = threading.Lock()  # a submit is refused, or scheduled before the stop
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -41,13 +42,25 @@ class LoopThread:
         """Start `coro` on the loop; its future completes when it does. Refused once the loop
         is stopped: its future would never complete (a waiter would wait for ever, and a
         batch handed over would look published to Spark)."""
-        if self._stopped:
-            coro.close()
-            raise LoopStopped("the NATS connection loop has stopped: the replicator is stopping")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        with self._stopping:
+            if self._stopped:
+                coro.close()
+                raise LoopStopped("the NATS connection loop has stopped: the replicator is stopping")
+            return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def stop(self) -> None:
-        self._stopped = True
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=5)
+        """Refuse new work, cancel what still runs (its waiters get CancelledError instead of
+        waiting for ever), then stop the loop."""
+        with self._stopping:
+            first, self._stopped = not self._stopped, True
+        if first and self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._cancel_all_and_stop(), self.loop)
+        self._thread.join(timeout=5)
+
+    async def _cancel_all_and_stop(self) -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2)
+        self.loop.stop()

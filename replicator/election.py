@@ -234,10 +234,15 @@ class Election:
             # once: its queries have stopped by then).
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.lease.guard)
-            await self._resign(kv)  # kv is set: a revision is only had through it
+            # Until then the key is this instance's; a deletion that fails leaves it to expire.
+            expires = (self.lease.renewed_at or 0.0) + self.lease.ttl
+            if not await self._resign(kv):  # kv is set: a revision is only had through it
+                # The pause counts from the key's expiry, or this instance, campaigning as
+                # soon as a peer, could win it back before the peer does.
+                self._aside_until = expires
         with self._aside_lock:
             pause, self._aside_asked = self._aside_asked or 0.0, None
-            self._aside_until = time.monotonic() + pause
+            self._aside_until = max(self._aside_until, time.monotonic()) + pause
 
     async def _campaign(self, kv: Any) -> float:
         """One campaign step; returns the seconds until the next."""
@@ -305,16 +310,22 @@ class Election:
         log.warning("%s: lost the leadership (%s); stopped copying", self.label, why)
         self._set(False)
 
-    async def _resign(self, kv: Any) -> None:
+    async def _resign(self, kv: Any) -> bool:
+        """Stop leading and delete the key if held: False when the deletion failed (the key
+        then expires with its TTL)."""
         if kv is None or self.revision is None:
-            return
+            return True
         revision, self.revision = self.revision, None
         if self.lease is not None:
             self.lease.lost()
         self._set(False)
-        with contextlib.suppress(Exception):
+        try:
             await asyncio.wait_for(kv.delete(self.key, last=revision), 2)
-            log.info("%s: gave up the leadership (%s)", self.label, self.key)
+        except Exception as e:
+            log.info("%s: could not delete %s (%s); it expires with the bucket's TTL", self.label, self.key, e)  # fmt: skip
+            return False
+        log.info("%s: gave up the leadership (%s)", self.label, self.key)
+        return True
 
     def stop(self) -> None:
         """Stop campaigning and give the key up (from any thread)."""

@@ -579,8 +579,11 @@ class StreamReplication:
             source = await stream_info(self._source_nc, self.s.stream)
             return source is not None and await self.sink.target_answers()
 
+        async def bounded() -> bool:  # probe() made on the loop: a refused call leaves none unawaited
+            return await asyncio.wait_for(probe(), timeout)
+
         try:
-            return bool(self.loop.run(asyncio.wait_for(probe(), timeout), timeout + 1))
+            return bool(self.loop.run(bounded(), timeout + 1))
         except Exception:
             return False
 

@@ -52,3 +52,21 @@ def test_work_handed_to_a_stopped_loop_is_refused_not_left_waiting() -> None:
     assert coro.cr_frame is None  # closed: no "never awaited" warning, nothing left to run
     with pytest.raises(LoopStopped):
         loop.run(answer(), 5)
+
+
+def test_work_still_running_when_the_loop_stops_ends_its_waiters_wait() -> None:
+    """A publish still awaiting its acks when the loop stops: its waiter gets CancelledError
+    (the batch's in-flight record stays) instead of waiting for ever."""
+    loop = LoopThread("test-aio-running")
+    started = concurrent.futures.Future[None]()
+
+    async def never_acked() -> None:
+        started.set_result(None)
+        await asyncio.Event().wait()
+
+    pending = loop.submit(never_acked())
+    started.result(5)
+    loop.stop()
+    with pytest.raises(concurrent.futures.CancelledError):
+        pending.result(5)
+    loop.stop()  # again: nothing more to do

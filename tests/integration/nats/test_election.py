@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import nats
 import pytest
@@ -15,6 +16,7 @@ from helpers import run
 from nats.js.api import KeyValueConfig
 from nats_servers import NatsCluster, nats_cluster
 
+from harness.faultproxy import FaultProxy
 from replicator.election import BUCKET, Election
 
 KEY = "SR_dc1_REG"
@@ -42,14 +44,14 @@ async def _until(
 
 
 async def _candidate(
-    url: str, name: str, first: str | None = None
+    url: str, name: str, first: str | None = None, **connect: Any
 ) -> tuple[Election, asyncio.Task[None], nats.NATS]:
     """A candidate connected to every server of `url`, to `first` first when given (so two
     candidates of a cluster talk to different servers)."""
     urls = url.split(",")
     if first is not None:
         urls = [first] + [u for u in urls if u != first]
-    nc = await nats.connect(urls, name=f"test-election-{name}", dont_randomize=first is not None)
+    nc = await nats.connect(urls, name=f"test-election-{name}", dont_randomize=first is not None, **connect)
     election = Election(nc, KEY, name, f"REG/{name}")
     return election, asyncio.create_task(election.run()), nc
 
@@ -157,41 +159,75 @@ def test_a_win_after_the_bucket_was_created_again_takes_its_new_ttl(
     run(go())
 
 
-def test_a_leader_stepping_aside_while_its_server_restarts_never_leads_beside_its_peer(
-    source_cluster: NatsCluster,
+async def _never_both(a: Election, b: Election) -> None:
+    """Fails the moment both lead (each from its own clock, as their sinks would see it)."""
+    while True:
+        assert not (a.leading() and b.leading()), "two leaders at once"
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.parametrize("fault", ["restart", "half-open"])
+def test_a_leader_stepping_aside_as_its_server_goes_away_never_leads_beside_its_peer(
+    source_cluster: NatsCluster, fault: str
 ) -> None:
-    """A rolling restart reaches the server the leader talks to just as it steps aside: its
-    key's deletion may fail (then the key expires), but the peer, on another server, leads no
-    sooner than the guard after the ask, never while the old leader does, and the old leader
-    leads again only once the peer gives the key up."""
+    """A rolling restart reaches the server the leader talks to just as it steps aside, or its
+    link to that server goes half-open (nothing passes: the deletion times out, the key is left
+    to expire, and the leader reconnects to another server in a few seconds). The peer, on
+    another server, leads no sooner than the guard after the ask; the two never lead at once;
+    the old leader does not win the key back when it expires (before the fix its pause counted
+    from the failed deletion, so it campaigned beside the peer when the key expired); it leads
+    again only once the peer gives the key up."""
     servers = source_cluster.servers
 
     async def go() -> None:
         nc = await nats.connect(servers[-1].url)
-        await nc.jetstream().create_key_value(KeyValueConfig(bucket=BUCKET, ttl=TTL_S, replicas=3))
-        a, a_run, a_nc = await _candidate(source_cluster.url, "a", first=servers[0].url)
-        await _until(a.leading, 30, "a leading")
-        b, b_run, b_nc = await _candidate(source_cluster.url, "b", first=servers[-1].url)
-        await asyncio.sleep(1.5)
-        assert not b.leading()
-        assert a.lease is not None and a_nc.connected_url is not None
-        guard = a.lease.guard
-        restarted = next(s for s in servers if s.port == a_nc.connected_url.port)
+        # A TTL long enough that the key outlives a pause counted from a failed deletion.
+        kv = await nc.jetstream().create_key_value(
+            KeyValueConfig(bucket=BUCKET, ttl=10.0, replicas=3, history=64)
+        )
+        with FaultProxy(servers[0].port) as link:
+            # Through the proxy first; pings every second notice a dead link in a few seconds
+            # (then the client goes to a server it learnt from the cluster).
+            a, a_run, a_nc = await _candidate(
+                f"{link.url},{source_cluster.url}",
+                "a",
+                first=link.url,
+                ping_interval=1,
+                max_outstanding_pings=2,
+            )
+            await _until(a.leading, 30, "a leading")
+            b, b_run, b_nc = await _candidate(source_cluster.url, "b", first=servers[-1].url)
+            watch = asyncio.create_task(_never_both(a, b))
+            await asyncio.sleep(1.5)
+            assert not b.leading()
+            assert a.lease is not None and a_nc.connected_url is not None
+            assert a_nc.connected_url.port == link.port
+            guard = a.lease.guard
 
-        asked = time.monotonic()
-        a.step_aside(2.0)
-        await asyncio.to_thread(restarted.stop)
-        await _until(b.leading, 60, "b leading", never=a.leading)
-        assert time.monotonic() - asked >= guard
-        await asyncio.to_thread(restarted.start)
+            asked = time.monotonic()
+            a.step_aside(2.0)
+            if fault == "restart":
+                await asyncio.to_thread(servers[0].stop)
+            else:
+                link.half_open()
+            await _until(b.leading, 60, "b leading", never=watch.done)
+            assert time.monotonic() - asked >= guard
+            if fault == "half-open":  # the deletion never arrived: the key expired
+                assert ("DEL", b"") not in [(e.operation, e.value) for e in await kv.history(KEY)]
+            if fault == "restart":
+                await asyncio.to_thread(servers[0].start)
+            else:
+                link.restore()
 
-        # a campaigns again through another server; b keeps the key across the restart.
-        tries = a.campaigns
-        await _until(lambda: a.campaigns >= tries + 2, 60, "a campaigning again", never=a.leading)
-        assert b.leading()
-        await _stop(b, b_run, b_nc)
-        await _until(a.leading, 60, "a leading again after b's stop", never=b.leading)
-        await _stop(a, a_run, a_nc)
+            # a campaigns again; b keeps the key.
+            tries = a.campaigns
+            await _until(lambda: a.campaigns >= tries + 2, 60, "a campaigning again", never=watch.done)
+            assert b.leading()
+            await _stop(b, b_run, b_nc)
+            await _until(a.leading, 60, "a leading again after b's stop", never=watch.done)
+            assert not watch.done()
+            watch.cancel()
+            await _stop(a, a_run, a_nc)
         await nc.close()
 
     run(go())
