@@ -102,6 +102,10 @@ class ReaderOptions:
     # nothing, so a standby's query runs idle and ready; the leader writes {"after": N} into
     # it (N: the target's last copy), and reading continues after N.
     lease_file: str = ""
+    # The source stream's creation (µs since the epoch) the query reads: a plan that finds the
+    # stream created at another time (deleted and created again) fails, rather than read the
+    # new stream on from the old one's offset (0: not checked).
+    source_created_us: int = 0
 
     def __post_init__(self) -> None:
         for name in ("url", "stream"):
@@ -122,6 +126,7 @@ class ReaderOptions:
         stop_file: str = "",
         lease_file: str = "",
         clock_due_file: str = "",
+        source_created_us: int = 0,
     ) -> ReaderOptions:
         """A stream entry's options. `start_time`: where a new copy starts when the entry sets
         `start_time` or `start_delta` (resolved by the caller, once, at start)."""
@@ -149,6 +154,7 @@ class ReaderOptions:
             chunk_bytes=cls.chunk_bytes * (4 if s.target_initiated else 1),
             stop_file=stop_file,
             lease_file=lease_file,
+            source_created_us=source_created_us,
         )
 
     def to_spark(self) -> dict[str, str]:

@@ -39,6 +39,7 @@ from replicator.nats.connect import ConnectError, open_connection
 from replicator.nats.jetstream import (
     answered,
     as_start_time,
+    created_us,
     ensure_target_stream,
     find_last_copied,
     go_source_initiated_consumer,
@@ -62,6 +63,7 @@ from replicator.spark.checkpoint import (
     has_commit,
     is_uri,
     keep_sampling_buckets,
+    keep_source_identity,
     open_checkpoint,
 )
 from replicator.spark.datasource import (
@@ -110,6 +112,9 @@ class StreamReplication:
         self.query: StreamingQuery | None = None
         self._source_nc: Any = None
         self._source_direct = False  # whether the source stream allows direct gets
+        # The source stream's creation (µs) as prepare() found it: a stream deleted and created
+        # again is another stream, whose sequences a checkpoint of the old one does not cover.
+        self._source_created_us = 0
         self.small_batches: SmallBatchReader | None = None  # a copy's driver-side reads
         # Choria's state file this query's first batch was seeded from (and the checkpoint's
         # files), until that batch commits.
@@ -149,6 +154,7 @@ class StreamReplication:
         if info is None:
             return False
         self._source_direct = bool(info.config.allow_direct)
+        self._source_created_us = created_us(info)
         if s.leader_election_name:
             go = await go_source_initiated_consumer(self._source_nc, s.stream, s.name)
             if go is not None:
@@ -322,7 +328,8 @@ class StreamReplication:
                                          start_time=self._start_time,
                                          stop_file=str(stopping_path(self.cfg, self.s)),
                                          lease_file=str(lease_path(self.cfg, self.s)) if self.hot_standby else "",
-                                         clock_due_file=str(clock_due_path(self.cfg, self.s)))  # fmt: skip
+                                         clock_due_file=str(clock_due_path(self.cfg, self.s)),
+                                         source_created_us=self._source_created_us)  # fmt: skip
         if options.start_at_end and self._end_at_start:
             options = dataclasses.replace(options, start_at_end=False, start_sequence=self._end_at_start)
         return options
@@ -407,6 +414,7 @@ class StreamReplication:
         for leftover in crash_leftovers(files):
             files.delete(leftover)
             self.log.info("removed %s, a log file half-written when the last run was killed", leftover)
+        keep_source_identity(files, self.s.stream, self._source_created_us)
         if self.sampling_sink is not None:
             assumed = keep_sampling_buckets(files, self.s.sampling_buckets)
             if assumed:
@@ -524,6 +532,7 @@ class StreamReplication:
         assert self.sink is not None, "prepare() first"
         self.catch_up()
         files = open_checkpoint(checkpoint_location(self.cfg, self.s), None)
+        keep_source_identity(files, self.s.stream, self._source_created_us)  # the query's start says why
         start = committed_end(files)
         if start is None:
             if has_commit(files):
@@ -781,9 +790,3 @@ class StreamReplication:
                 self.log.debug("stopping query: %s", e)
             stopping.unlink(missing_ok=True)
             self.query = None
-
-
-def created_us(info: Any) -> int:
-    """A stream's creation (µs since the epoch) from its info: it tells a stream from an earlier
-    one of the same name (0 if the server does not say)."""
-    return int(info.created.timestamp() * 1_000_000) if info.created else 0

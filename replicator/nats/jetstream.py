@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
@@ -26,6 +26,12 @@ from replicator.subjects import rewrite_subject
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+
+def created_us(info: Any) -> int:
+    """A stream's creation (µs since the epoch) from its info: it tells a stream from an earlier
+    one of the same name (0 if the server does not say)."""
+    return int(info.created.timestamp() * 1_000_000) if info.created else 0
 
 
 async def stream_info_and_time(

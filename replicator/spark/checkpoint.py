@@ -24,6 +24,9 @@ _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 # crc32(sender) % sampling_buckets, so with another count each sender would be looked up in a
 # bucket that does not hold it (advised new and copied again, its old entry advised timeout).
 SAMPLING_FILE = "sr-sampling.json"
+# The source stream's creation a checkpoint was made reading: a stream deleted and created again
+# numbers its messages from 1 anew, and a query resumed at the old offset would skip them.
+SOURCE_FILE = "sr-source.json"
 
 
 def is_uri(location: str) -> bool:
@@ -197,3 +200,36 @@ def keep_sampling_buckets(files: CheckpointFiles, buckets: int) -> str | None:
             f"every sender advised new)"
         )
     return None
+
+
+def keep_source_identity(files: CheckpointFiles, stream: str, created_us: int) -> None:
+    """Record which incarnation of the source stream (its creation, µs) a checkpoint reads, or
+    refuse another: resumed at the old stream's offset (committed, or the first offset chosen
+    after copies made ahead of a query that never committed), a query would skip the new
+    stream's first messages. Recorded before anything else the checkpoint keeps about the
+    stream; a checkpoint made before this record is taken to be the current stream's. An
+    unknown creation (0) is not checked."""
+    if not created_us:
+        return
+    doc = json.dumps({"source_created_us": created_us})
+    text = files.read_text(SOURCE_FILE)
+    if text is None:
+        files.write_text(SOURCE_FILE, doc)
+        return
+    try:
+        kept = json.loads(text)["source_created_us"]
+        if not isinstance(kept, int) or isinstance(kept, bool):
+            raise TypeError(kept)
+    except (ValueError, KeyError, TypeError):
+        raise CheckpointMismatch(
+            f"{files.location}/{SOURCE_FILE} does not say which source stream the checkpoint reads "
+            f"({text[:60]!r}): write {doc} there if it is this stream's checkpoint"
+        ) from None
+    if kept != created_us:
+        raise CheckpointMismatch(
+            f"the source stream {stream} was deleted and created again since the checkpoint "
+            f"{files.location} was made (created at {created_us} µs, the checkpoint's at {kept}): "
+            "its messages are numbered anew and resuming would skip its first ones; remove the "
+            f"checkpoint to copy it from its start (if the stream was restored from a backup of the "
+            f"same messages, write {doc} into {SOURCE_FILE} there instead)"
+        )

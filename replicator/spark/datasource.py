@@ -32,6 +32,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -125,6 +126,14 @@ def split_range(start: int, end: int, parallelism: int, min_size: int) -> list[S
     return [SequenceRange(s, min(s + size, end)) for s in range(start, end, size)]
 
 
+class SourceRecreatedError(RuntimeError):
+    pass
+
+
+def _utc(us: int) -> str:
+    return datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="microseconds")
+
+
 class NatsJetStreamReader(DataSourceStreamReader):
     def __init__(self, options: ReaderOptions) -> None:
         self.o = options
@@ -181,6 +190,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
         info, self._stream_time_ms = loop.run(stream_info_and_time(nc, self.stream), 30)
         if info is None:
             raise RuntimeError(f"nats-jetstream: stream {self.stream} does not exist on {self._where()}")
+        self._check_same_stream(info)
         self._direct = bool(info.config.allow_direct)
         # Messages a mirror or a sourcing stream takes from others arrive on no subject of its.
         fed = info.config.mirror is not None or bool(info.config.sources)
@@ -189,6 +199,21 @@ class NatsJetStreamReader(DataSourceStreamReader):
         messages = int(info.state.messages)
         self._mean_bytes = int(info.state.bytes) / messages if messages else 0.0
         return info
+
+    def _check_same_stream(self, info: Any) -> None:
+        """Raise when the stream is not the one the query started on: deleted and created
+        again, its sequences are another stream's, and reading on from this query's offset
+        would skip the new stream's first messages without a word."""
+        from replicator.nats.jetstream import created_us
+
+        expected, now = self.o.source_created_us, created_us(info)
+        if expected and now and now != expected:
+            raise SourceRecreatedError(
+                f"nats-jetstream: stream {self.stream} on {self._where()} was deleted and created again "
+                f"since this query started (created {_utc(now)}, not {_utc(expected)}): its checkpoint "
+                "belongs to the old stream; stop the replicator and remove the entry's checkpoint "
+                "under state_store to copy the new stream from its start"
+            )
 
     def _configured_start(self) -> int:
         """The first sequence of the query's first offset (0 when not given): a leader's first

@@ -29,8 +29,8 @@ from helpers import (
 from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import SOURCE_HEADER, parse_source_header
+from replicator.nats.jetstream import created_us
 from replicator.nats.wire import first_value
-from replicator.replication import created_us
 
 pytestmark = pytest.mark.integration
 
@@ -219,6 +219,53 @@ def test_a_record_left_in_flight_by_a_deleted_source_stream_costs_the_new_stream
     seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in new]  # type: ignore[union-attr]
     assert seqs == list(range(1, 1_001))
     assert "dropping the record of source sequences 1501-2000 left in flight" in rep.output()
+
+
+@pytest.mark.parametrize("when", ["stopped", "running"])
+def test_a_source_stream_created_again_past_its_checkpoint_is_refused_not_read_on(
+    source_server, nats_server, tmp_path: Path, when: str
+) -> None:
+    """The source stream is deleted and created again, and refilled past where the kept
+    checkpoint stopped, while the replicator is stopped or while it runs. Its new messages are
+    numbered from 1 anew: resuming at the old offset copied 2,001-3,000 and skipped 1-2,000
+    without a word. Now the entry refuses in one line, copies nothing of the new stream, and
+    once the checkpoint is removed (as that line says) copies it whole, in order."""
+    import shutil
+
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "EVENTS", ["events.>"]))
+    run(publish(src, [(f"events.{i}", b"old" * 30, None) for i in range(2_000)]))
+    cfg = write_config(
+        tmp_path / "sr.yaml", "dc1", [{"stream": "EVENTS", "source_url": src, "target_url": dst}]
+    )
+    refused = "was deleted and created again"
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 2_000, SLOW_S, "the old stream's copy", rep)
+        if when == "stopped":
+            assert rep.stop() == 0, rep.output()
+        recreate_events(src)
+        run(publish(src, [(f"events.{i}", b"new" * 30, None) for i in range(3_000)]))
+        if when == "stopped":
+            rep = start_replicator(cfg)
+        wait_for(lambda: refused in rep.output(10**9), SLOW_S, "the entry refusing the new stream", rep)
+        threading.Event().wait(3)
+        assert run(count(dst, "EVENTS")) == 2_000  # nothing of the new stream, in no order
+    finally:
+        rep.stop()
+    line = next(x for x in rep.output(10**9).splitlines() if refused in x)
+    assert "remove the checkpoint" in line or "remove the entry's checkpoint" in line, line
+
+    shutil.rmtree(tmp_path / "state" / "EVENTS_dc1" / "checkpoint")
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: run(count(dst, "EVENTS")) >= 5_000, SLOW_S, "the new stream's copy", rep)
+        threading.Event().wait(2)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    new = [m for m in run(read_all(dst, "EVENTS")) if m.data.startswith(b"new")]
+    seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in new]  # type: ignore[union-attr]
+    assert seqs == list(range(1, 3_001))
 
 
 def recreate_events(src: str) -> None:

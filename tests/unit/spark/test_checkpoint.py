@@ -12,6 +12,7 @@ from replicator.spark.checkpoint import (
     LocalCheckpoint,
     committed_end,
     keep_sampling_buckets,
+    keep_source_identity,
 )
 
 
@@ -78,3 +79,35 @@ def test_a_bucket_record_that_is_not_one_is_named_not_overwritten(tmp_path: Path
     with pytest.raises(CheckpointMismatch, match=f"{SAMPLING_FILE} does not say how many buckets"):
         keep_sampling_buckets(LocalCheckpoint(tmp_path), 32)
     assert (tmp_path / SAMPLING_FILE).read_text() == text
+
+
+def test_a_checkpoint_keeps_the_source_streams_creation_and_refuses_a_stream_created_again(
+    tmp_path: Path,
+) -> None:
+    """Once recorded (before the checkpoint keeps anything else about the stream: a first
+    offset chosen after copies made ahead is the old stream's too), another creation is
+    refused in one line that says what to do."""
+    files = LocalCheckpoint(tmp_path)
+    keep_source_identity(files, "EVENTS", 0)  # the server did not say: nothing recorded
+    assert files.read_text("sr-source.json") is None
+    keep_source_identity(files, "EVENTS", 1_700_000_000_000_001)
+    keep_source_identity(files, "EVENTS", 1_700_000_000_000_001)  # the same stream again
+    with pytest.raises(CheckpointMismatch) as e:  # no batch committed yet: refused all the same
+        keep_source_identity(files, "EVENTS", 1_700_000_000_500_000)
+    text = str(e.value)
+    assert "\n" not in text and "EVENTS was deleted and created again" in text
+    assert "remove the checkpoint to copy it from its start" in text
+    assert '{"source_created_us": 1700000000500000}' in text  # a restored stream's way out
+    _batch(tmp_path, 0, '{"seq": 5}', committed=True)
+    with pytest.raises(CheckpointMismatch):
+        keep_source_identity(files, "EVENTS", 1_700_000_000_500_000)
+    (tmp_path / "sr-source.json").write_text("{}")
+    with pytest.raises(CheckpointMismatch, match="does not say which source stream"):
+        keep_source_identity(files, "EVENTS", 1_700_000_000_000_001)
+
+
+def test_a_checkpoint_made_before_the_record_is_taken_to_be_the_current_streams(tmp_path: Path) -> None:
+    files = LocalCheckpoint(tmp_path)
+    _batch(tmp_path, 0, '{"seq": 5}', committed=True)
+    keep_source_identity(files, "EVENTS", 42)
+    assert files.read_text("sr-source.json") == '{"source_created_us": 42}'

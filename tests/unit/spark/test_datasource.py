@@ -16,6 +16,7 @@ from replicator.spark.datasource import (
     CLOCK_TRAIL_MS,
     BatchRamp,
     NatsJetStreamReader,
+    SourceRecreatedError,
     parse_initial_offset,
     split_range,
 )
@@ -269,3 +270,30 @@ def test_after_a_ring_a_stop_ends_the_plan_at_once(tmp_path: Path) -> None:
     start = {"seq": 2}
     assert reader.latestOffset(start, reader.getDefaultReadLimit()) is start
     assert len(asked) == 2  # both the first plan's: the plan after the ring stopped before asking
+
+
+def test_a_plan_on_a_stream_created_again_fails_the_query_in_one_line() -> None:
+    """The stream was deleted and created again while the query read it: planning on from the
+    old offset would skip the new stream's first messages."""
+    from datetime import UTC, datetime
+
+    def info(us: int) -> SimpleNamespace:
+        return SimpleNamespace(created=datetime.fromtimestamp(us / 1e6, UTC))
+
+    started = 1_700_000_000_123_456
+    reader = NatsJetStreamReader(
+        ReaderOptions(url="nats://127.0.0.1:1", stream="REG", source_created_us=started)
+    )
+    reader._check_same_stream(info(started))  # the same stream
+    with pytest.raises(SourceRecreatedError) as e:
+        reader._check_same_stream(info(started + 1_500_000))
+    assert "stream REG on nats://127.0.0.1:1 was deleted and created again" in str(e.value)
+    assert "remove the entry's checkpoint" in str(e.value) and "\n" not in str(e.value)
+    unchecked = NatsJetStreamReader(ReaderOptions(url="nats://127.0.0.1:1", stream="REG"))
+    unchecked._check_same_stream(info(started + 1_500_000))  # no creation given: not checked
+    assert (
+        ReaderOptions.from_spark(
+            ReaderOptions(url="u", stream="REG", source_created_us=started).to_spark()
+        ).source_created_us
+        == started
+    )
