@@ -114,6 +114,7 @@ class Election:
         self._aside_asked: float | None = None
         self._aside_until = 0.0
         self._wake = asyncio.Event()
+        self._last_write_sent = 0.0  # time.monotonic() when the last create or update was sent
         self.campaigns = 0
         # Times this instance won the key: a caller that saw it lead once can tell a lease lost
         # and won back between two of its looks (a stalled process) from one that held.
@@ -234,8 +235,9 @@ class Election:
             # once: its queries have stopped by then).
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.lease.guard)
-            # Until then the key is this instance's; a deletion that fails leaves it to expire.
-            expires = (self.lease.renewed_at or 0.0) + self.lease.ttl
+            # Until then the key is this instance's; a deletion that fails leaves it to expire,
+            # a TTL after the last write that may have landed (its answer may have been lost).
+            expires = max(self.lease.renewed_at or 0.0, self._last_write_sent) + self.lease.ttl
             if not await self._resign(kv):  # kv is set: a revision is only had through it
                 # The pause counts from the key's expiry, or this instance, campaigning as
                 # soon as a peer, could win it back before the peer does.
@@ -254,7 +256,7 @@ class Election:
             return min(aside, CANDIDATE_INTERVAL_S)
         self.campaigns += 1
         self._m_campaigns["candidate" if self.revision is None else "leader"].inc()
-        sent = time.monotonic()
+        sent = self._last_write_sent = time.monotonic()
         if self.revision is None:
             try:
                 self.revision = await kv.create(self.key, self.value)

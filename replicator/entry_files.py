@@ -47,10 +47,6 @@ def crash_leftovers(checkpoint: CheckpointFiles) -> list[str]:
     ]
 
 
-# Inside the checkpoint: removing the checkpoint (to copy again) removes it too.
-INITIAL_OFFSET_FILE = "sr-initial-offset.json"
-
-
 def inflight_path(cfg: Config, s: StreamConfig) -> Path:
     return entry_dir(cfg, s) / "inflight.json"
 

@@ -21,7 +21,6 @@ from replicator.aio import LoopThread
 from replicator.config import Config, StreamConfig
 from replicator.election import Election, election_key
 from replicator.entry_files import (
-    INITIAL_OFFSET_FILE,
     checkpoint_location,
     clock_due_path,
     crash_leftovers,
@@ -43,6 +42,7 @@ from replicator.nats.jetstream import (
     ensure_target_stream,
     find_last_copied,
     go_source_initiated_consumer,
+    holds_messages_from_before_its_creation,
     last_sequence,
     stream_info,
     wait_for_stream,
@@ -58,6 +58,7 @@ from replicator.sampling.choria_state import (
 from replicator.sampling.rules import Event, SamplingParams
 from replicator.source_reader import SourceReader
 from replicator.spark.checkpoint import (
+    INITIAL_OFFSET_FILE,
     CheckpointFiles,
     committed_end,
     has_commit,
@@ -414,7 +415,7 @@ class StreamReplication:
         for leftover in crash_leftovers(files):
             files.delete(leftover)
             self.log.info("removed %s, a log file half-written when the last run was killed", leftover)
-        keep_source_identity(files, self.s.stream, self._source_created_us)
+        self._keep_source_identity(files)
         if self.sampling_sink is not None:
             assumed = keep_sampling_buckets(files, self.s.sampling_buckets)
             if assumed:
@@ -524,6 +525,19 @@ class StreamReplication:
             and not is_uri(checkpoint_location(self.cfg, self.s))
         )
 
+    def _keep_source_identity(self, files: Any) -> None:
+        """The checkpoint is the source stream's as prepare() found it (keep_source_identity),
+        or this raises CheckpointMismatch."""
+
+        def same_stream() -> bool:
+            return bool(
+                self.loop.run(holds_messages_from_before_its_creation(self._source_nc, self.s.stream), 15)
+            )
+
+        warning = keep_source_identity(files, self.s.stream, self._source_created_us, same_stream)
+        if warning:
+            self.log.warning("%s", warning)
+
     def ahead_of_query(self) -> tuple[int, int] | None:
         """What to copy before the query starts, [first, end): from where the query will start
         (its checkpoint's committed end, else the first offset it will keep, chosen now), above
@@ -532,7 +546,7 @@ class StreamReplication:
         assert self.sink is not None, "prepare() first"
         self.catch_up()
         files = open_checkpoint(checkpoint_location(self.cfg, self.s), None)
-        keep_source_identity(files, self.s.stream, self._source_created_us)  # the query's start says why
+        self._keep_source_identity(files)  # refused: the query's start says why
         start = committed_end(files)
         if start is None:
             if has_commit(files):

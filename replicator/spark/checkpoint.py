@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,6 +28,9 @@ SAMPLING_FILE = "sr-sampling.json"
 # The source stream's creation a checkpoint was made reading: a stream deleted and created again
 # numbers its messages from 1 anew, and a query resumed at the old offset would skip them.
 SOURCE_FILE = "sr-source.json"
+# The query's first offset as the replicator chose it (replicator.replication): inside the
+# checkpoint, so removing the checkpoint (to copy again) removes it too.
+INITIAL_OFFSET_FILE = "sr-initial-offset.json"
 
 
 def is_uri(location: str) -> bool:
@@ -202,20 +206,27 @@ def keep_sampling_buckets(files: CheckpointFiles, buckets: int) -> str | None:
     return None
 
 
-def keep_source_identity(files: CheckpointFiles, stream: str, created_us: int) -> None:
+def keep_source_identity(
+    files: CheckpointFiles, stream: str, created_us: int, same_stream: Callable[[], bool] = lambda: False
+) -> str | None:
     """Record which incarnation of the source stream (its creation, µs) a checkpoint reads, or
-    refuse another: resumed at the old stream's offset (committed, or the first offset chosen
-    after copies made ahead of a query that never committed), a query would skip the new
-    stream's first messages. Recorded before anything else the checkpoint keeps about the
-    stream; a checkpoint made before this record is taken to be the current stream's. An
-    unknown creation (0) is not checked."""
+    refuse another once the checkpoint holds anything of the stream's (an offset, or the first
+    offset chosen, which copies made ahead of a query that never committed also set): resumed at
+    the old stream's offset, a query would skip the new stream's first messages. Unless
+    `same_stream()` says the stream holds messages from before its creation (restored, or its
+    creation time rewritten): then the new time is recorded and a warning returned. A checkpoint
+    made before this record is taken to be the current stream's; an unknown creation (0) is
+    not checked."""
     if not created_us:
-        return
+        return None
     doc = json.dumps({"source_created_us": created_us})
     text = files.read_text(SOURCE_FILE)
-    if text is None:
+    if text == doc:
+        return None
+    holds = files.names("offsets") or files.exists(INITIAL_OFFSET_FILE)
+    if text is None or not holds:
         files.write_text(SOURCE_FILE, doc)
-        return
+        return None
     try:
         kept = json.loads(text)["source_created_us"]
         if not isinstance(kept, int) or isinstance(kept, bool):
@@ -225,11 +236,17 @@ def keep_source_identity(files: CheckpointFiles, stream: str, created_us: int) -
             f"{files.location}/{SOURCE_FILE} does not say which source stream the checkpoint reads "
             f"({text[:60]!r}): write {doc} there if it is this stream's checkpoint"
         ) from None
-    if kept != created_us:
-        raise CheckpointMismatch(
-            f"the source stream {stream} was deleted and created again since the checkpoint "
-            f"{files.location} was made (created at {created_us} µs, the checkpoint's at {kept}): "
-            "its messages are numbered anew and resuming would skip its first ones; remove the "
-            f"checkpoint to copy it from its start (if the stream was restored from a backup of the "
-            f"same messages, write {doc} into {SOURCE_FILE} there instead)"
+    if same_stream():
+        files.write_text(SOURCE_FILE, doc)
+        return (
+            f"the source stream {stream} reports another creation time ({created_us} µs, the checkpoint's "
+            f"{kept}) but holds messages stored before it: the same stream (restored, or its creation "
+            "time rewritten by the server); the checkpoint now records the new time"
         )
+    raise CheckpointMismatch(
+        f"the source stream {stream} was deleted and created again since the checkpoint "
+        f"{files.location} was made (created at {created_us} µs, the checkpoint's at {kept}): "
+        "its messages are numbered anew and resuming would skip its first ones; remove the "
+        f"checkpoint to copy it from its start (if the stream was restored from a backup of the "
+        f"same messages, write {doc} into {SOURCE_FILE} there instead)"
+    )

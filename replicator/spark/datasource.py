@@ -68,6 +68,10 @@ DEAF_AFTER_S = 1.0
 # each time (a publish the stream refused rings too), for up to RING_SETTLE_S.
 RING_SETTLE_S = 0.1
 RING_RECHECK_S = 0.002
+# A plan behind by more than a batch needs no request for the stream's end, but asks at least
+# this often all the same: a stream deleted and created again is found within it, not only
+# once the plans catch up with the end they knew.
+INFO_AT_LEAST_S = 5.0
 
 SCHEMA_DDL = (
     "stream STRING, seq BIGINT, subject STRING, timestamp TIMESTAMP, headers MAP<STRING, STRING>, data BINARY"
@@ -142,10 +146,12 @@ class NatsJetStreamReader(DataSourceStreamReader):
         self.extractor = options.sampling.extractor() if options.sampling else None
         self._direct: bool | None = None
         self._warned_reset = False
+        self._creation_confirmed = 0  # another creation time, confirmed to be the same stream's
         self._warmed = False
         self._loop: Any = None
         self._nc: Any = None
         self._stream_end: int | None = None  # last sequence + 1, as last asked of the stream
+        self._info_at = 0.0  # time.monotonic() when the stream was last asked
         # When the stream was last asked (ms, its leader's clock; None if the server does not
         # say): every message stored later has a later time.
         self._stream_time_ms: int | None = None
@@ -188,6 +194,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
 
         loop, nc = self._conn()
         info, self._stream_time_ms = loop.run(stream_info_and_time(nc, self.stream), 30)
+        self._info_at = time.monotonic()
         if info is None:
             raise RuntimeError(f"nats-jetstream: stream {self.stream} does not exist on {self._where()}")
         self._check_same_stream(info)
@@ -207,13 +214,27 @@ class NatsJetStreamReader(DataSourceStreamReader):
         from replicator.nats.jetstream import created_us
 
         expected, now = self.o.source_created_us, created_us(info)
-        if expected and now and now != expected:
+        if expected and now and now not in (expected, self._creation_confirmed):
+            if self._holds_messages_from_before_its_creation():
+                log.warning(
+                    "stream %s reports another creation time (%s, not %s) but holds messages stored before "
+                    "it: the same stream (restored, or its creation time rewritten); reading on",
+                    self.stream, _utc(now), _utc(expected),
+                )  # fmt: skip
+                self._creation_confirmed = now
+                return
             raise SourceRecreatedError(
                 f"nats-jetstream: stream {self.stream} on {self._where()} was deleted and created again "
                 f"since this query started (created {_utc(now)}, not {_utc(expected)}): its checkpoint "
                 "belongs to the old stream; stop the replicator and remove the entry's checkpoint "
                 "under state_store to copy the new stream from its start"
             )
+
+    def _holds_messages_from_before_its_creation(self) -> bool:
+        from replicator.nats.jetstream import holds_messages_from_before_its_creation
+
+        loop, nc = self._conn()
+        return bool(loop.run(holds_messages_from_before_its_creation(nc, self.stream), 30))
 
     def _configured_start(self) -> int:
         """The first sequence of the query's first offset (0 when not given): a leader's first
@@ -366,7 +387,12 @@ class NatsJetStreamReader(DataSourceStreamReader):
             # carry none: its copies are read back a chunk at a time).
             cap = min(cap, max(1, int(self.o.max_bytes_per_batch // self._mean_bytes)))
         known = self._stream_end
-        if cap and known is not None and known - begin > cap:
+        if (
+            cap
+            and known is not None
+            and known - begin > cap
+            and time.monotonic() - self._info_at < INFO_AT_LEAST_S
+        ):
             # Behind by more than a batch as last asked: the stream ends at least there, so
             # this batch needs no request (a round trip per batch across a long link).
             end = known

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from replicator.options import ReaderOptions, SamplingOptions
 from replicator.spark.datasource import (
     CLOCK_TRAIL_MS,
+    INFO_AT_LEAST_S,
     BatchRamp,
     NatsJetStreamReader,
     SourceRecreatedError,
@@ -104,6 +106,7 @@ def test_a_known_backlog_is_read_without_asking_the_stream_for_each_batch() -> N
 
     def info() -> SimpleNamespace:
         asked.append(1)
+        reader._info_at = time.monotonic()
         return SimpleNamespace(state=SimpleNamespace(last_seq=35_000))
 
     reader._info = info  # type: ignore[method-assign]
@@ -115,6 +118,11 @@ def test_a_known_backlog_is_read_without_asking_the_stream_for_each_batch() -> N
     # At the start; within a batch of the end; caught up (nothing new). Not for batches 2, 3.
     assert len(asked) == 3
     assert reader.reportLatestOffset() == {"seq": 35_001} and len(asked) == 3  # what it last found
+    # Still behind, but last asked longer ago than INFO_AT_LEAST_S: asked all the same (a
+    # stream deleted and created again is found then, not only at the end it knew).
+    reader._info_at = time.monotonic() - INFO_AT_LEAST_S - 1
+    reader.latestOffset({"seq": 10_001}, limit)
+    assert len(asked) == 4
 
 
 def _reader_of_a_stream_ending_at(last_seq: int, lease: str) -> NatsJetStreamReader:
@@ -285,15 +293,26 @@ def test_a_plan_on_a_stream_created_again_fails_the_query_in_one_line() -> None:
         ReaderOptions(url="nats://127.0.0.1:1", stream="REG", source_created_us=started)
     )
     reader._check_same_stream(info(started))  # the same stream
+    asked: list[bool] = []
+
+    def answers(holds_older: bool) -> Callable[[], bool]:
+        """What the server answers, asked only when the creation differs."""
+        return lambda: asked.append(holds_older) or holds_older
+
+    # Every message of the stream was stored after its new creation: another stream.
+    reader._holds_messages_from_before_its_creation = answers(False)  # type: ignore[method-assign]
     with pytest.raises(SourceRecreatedError) as e:
         reader._check_same_stream(info(started + 1_500_000))
+    assert asked == [False]
     assert "stream REG on nats://127.0.0.1:1 was deleted and created again" in str(e.value)
     assert "remove the entry's checkpoint" in str(e.value) and "\n" not in str(e.value)
+    # It holds messages from before its new creation time: the same stream (restored, or the
+    # time rewritten), read on, and not asked again for that time.
+    reader._holds_messages_from_before_its_creation = answers(True)  # type: ignore[method-assign]
+    reader._check_same_stream(info(started + 1_500_000))
+    reader._check_same_stream(info(started + 1_500_000))
+    assert asked == [False, True]
     unchecked = NatsJetStreamReader(ReaderOptions(url="nats://127.0.0.1:1", stream="REG"))
     unchecked._check_same_stream(info(started + 1_500_000))  # no creation given: not checked
-    assert (
-        ReaderOptions.from_spark(
-            ReaderOptions(url="u", stream="REG", source_created_us=started).to_spark()
-        ).source_created_us
-        == started
-    )
+    options = ReaderOptions(url="u", stream="REG", source_created_us=started)
+    assert ReaderOptions.from_spark(options.to_spark()).source_created_us == started
