@@ -42,7 +42,6 @@ from replicator.nats.jetstream import (
     ensure_target_stream,
     find_last_copied,
     go_source_initiated_consumer,
-    holds_messages_from_before_its_creation,
     last_sequence,
     stream_info,
     wait_for_stream,
@@ -528,15 +527,7 @@ class StreamReplication:
     def _keep_source_identity(self, files: Any) -> None:
         """The checkpoint is the source stream's as prepare() found it (keep_source_identity),
         or this raises CheckpointMismatch."""
-
-        def same_stream() -> bool:
-            return bool(
-                self.loop.run(holds_messages_from_before_its_creation(self._source_nc, self.s.stream), 15)
-            )
-
-        warning = keep_source_identity(files, self.s.stream, self._source_created_us, same_stream)
-        if warning:
-            self.log.warning("%s", warning)
+        keep_source_identity(files, self.s.stream, self._source_created_us)
 
     def ahead_of_query(self) -> tuple[int, int] | None:
         """What to copy before the query starts, [first, end): from where the query will start

@@ -54,26 +54,6 @@ async def stream_info_and_time(
     return StreamInfo.from_response(doc), rfc3339_to_ns(ts) // 1_000_000 if isinstance(ts, str) else None
 
 
-async def holds_messages_from_before_its_creation(nc: Client, stream: str, timeout: float = 5.0) -> bool:
-    """Whether the stream's first message was stored more than a second before the stream's
-    creation as the server reports it: then it is the stream it was (restored from a backup,
-    or its creation time rewritten by the server), not one deleted and created again, whose
-    every message is stored after its creation. False when it holds none or cannot say."""
-    from replicator.nats.timestamps import rfc3339_to_ns
-
-    reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=timeout)
-    doc = json.loads(reply.data)
-    first, created = doc.get("state", {}).get("first_ts"), doc.get("created")
-    if (
-        "error" in doc
-        or not doc.get("state", {}).get("messages")
-        or not (isinstance(first, str) and isinstance(created, str))
-    ):
-        return False
-    first_ns = rfc3339_to_ns(first)
-    return 0 < first_ns < rfc3339_to_ns(created) - 1_000_000_000
-
-
 async def go_source_initiated_consumer(nc: Client, stream: str, entry_name: str) -> str | None:
     """The durable consumer the Go original's source-initiated copier keeps on the source for a
     stream entry (`SR_<entry name>`), if it exists: a Go instance in that mode is, or was, in

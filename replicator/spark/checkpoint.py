@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -206,27 +205,23 @@ def keep_sampling_buckets(files: CheckpointFiles, buckets: int) -> str | None:
     return None
 
 
-def keep_source_identity(
-    files: CheckpointFiles, stream: str, created_us: int, same_stream: Callable[[], bool] = lambda: False
-) -> str | None:
+def keep_source_identity(files: CheckpointFiles, stream: str, created_us: int) -> None:
     """Record which incarnation of the source stream (its creation, µs) a checkpoint reads, or
     refuse another once the checkpoint holds anything of the stream's (an offset, or the first
-    offset chosen, which copies made ahead of a query that never committed also set): resumed at
-    the old stream's offset, a query would skip the new stream's first messages. Unless
-    `same_stream()` says the stream holds messages from before its creation (restored, or its
-    creation time rewritten): then the new time is recorded and a warning returned. A checkpoint
-    made before this record is taken to be the current stream's; an unknown creation (0) is
-    not checked."""
+    offset chosen, which copies made ahead of a query that never committed also set): resumed
+    at the old stream's offset, a query would skip the new stream's first messages. A
+    checkpoint made before this record is taken to be the current stream's; an unknown
+    creation (0) is not checked. A stream restored from a backup of the same messages has a new
+    creation too: the refusal says how to record it."""
     if not created_us:
-        return None
+        return
     doc = json.dumps({"source_created_us": created_us})
     text = files.read_text(SOURCE_FILE)
-    if text == doc:
-        return None
     holds = files.names("offsets") or files.exists(INITIAL_OFFSET_FILE)
     if text is None or not holds:
-        files.write_text(SOURCE_FILE, doc)
-        return None
+        if text is None or text.strip() != doc:
+            files.write_text(SOURCE_FILE, doc)
+        return
     try:
         kept = json.loads(text)["source_created_us"]
         if not isinstance(kept, int) or isinstance(kept, bool):
@@ -236,17 +231,11 @@ def keep_source_identity(
             f"{files.location}/{SOURCE_FILE} does not say which source stream the checkpoint reads "
             f"({text[:60]!r}): write {doc} there if it is this stream's checkpoint"
         ) from None
-    if same_stream():
-        files.write_text(SOURCE_FILE, doc)
-        return (
-            f"the source stream {stream} reports another creation time ({created_us} µs, the checkpoint's "
-            f"{kept}) but holds messages stored before it: the same stream (restored, or its creation "
-            "time rewritten by the server); the checkpoint now records the new time"
+    if kept != created_us:
+        raise CheckpointMismatch(
+            f"the source stream {stream} was deleted and created again since the checkpoint "
+            f"{files.location} was made (created at {created_us} µs, the checkpoint's at {kept}): "
+            "its messages are numbered anew and resuming would skip its first ones; remove the "
+            f"checkpoint to copy it from its start (if the stream was restored from a backup of the "
+            f"same messages, write {doc} into {SOURCE_FILE} there instead)"
         )
-    raise CheckpointMismatch(
-        f"the source stream {stream} was deleted and created again since the checkpoint "
-        f"{files.location} was made (created at {created_us} µs, the checkpoint's at {kept}): "
-        "its messages are numbered anew and resuming would skip its first ones; remove the "
-        f"checkpoint to copy it from its start (if the stream was restored from a backup of the "
-        f"same messages, write {doc} into {SOURCE_FILE} there instead)"
-    )

@@ -146,7 +146,6 @@ class NatsJetStreamReader(DataSourceStreamReader):
         self.extractor = options.sampling.extractor() if options.sampling else None
         self._direct: bool | None = None
         self._warned_reset = False
-        self._creation_confirmed = 0  # another creation time, confirmed to be the same stream's
         self._warmed = False
         self._loop: Any = None
         self._nc: Any = None
@@ -214,27 +213,15 @@ class NatsJetStreamReader(DataSourceStreamReader):
         from replicator.nats.jetstream import created_us
 
         expected, now = self.o.source_created_us, created_us(info)
-        if expected and now and now not in (expected, self._creation_confirmed):
-            if self._holds_messages_from_before_its_creation():
-                log.warning(
-                    "stream %s reports another creation time (%s, not %s) but holds messages stored before "
-                    "it: the same stream (restored, or its creation time rewritten); reading on",
-                    self.stream, _utc(now), _utc(expected),
-                )  # fmt: skip
-                self._creation_confirmed = now
-                return
+        if expected and now and now != expected:
             raise SourceRecreatedError(
                 f"nats-jetstream: stream {self.stream} on {self._where()} was deleted and created again "
                 f"since this query started (created {_utc(now)}, not {_utc(expected)}): its checkpoint "
                 "belongs to the old stream; stop the replicator and remove the entry's checkpoint "
-                "under state_store to copy the new stream from its start"
+                "under state_store to copy the new stream from its start (if it was restored from a "
+                f'backup of the same messages, write {{"source_created_us": {now}}} into the '
+                "checkpoint's sr-source.json instead)"
             )
-
-    def _holds_messages_from_before_its_creation(self) -> bool:
-        from replicator.nats.jetstream import holds_messages_from_before_its_creation
-
-        loop, nc = self._conn()
-        return bool(loop.run(holds_messages_from_before_its_creation(nc, self.stream), 30))
 
     def _configured_start(self) -> int:
         """The first sequence of the query's first offset (0 when not given): a leader's first
