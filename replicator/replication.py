@@ -414,7 +414,7 @@ class StreamReplication:
         for leftover in crash_leftovers(files):
             files.delete(leftover)
             self.log.info("removed %s, a log file half-written when the last run was killed", leftover)
-        self._keep_source_identity(files)
+        keep_source_identity(files, self.s.stream, self._source_created_us)
         if self.sampling_sink is not None:
             assumed = keep_sampling_buckets(files, self.s.sampling_buckets)
             if assumed:
@@ -524,11 +524,6 @@ class StreamReplication:
             and not is_uri(checkpoint_location(self.cfg, self.s))
         )
 
-    def _keep_source_identity(self, files: Any) -> None:
-        """The checkpoint is the source stream's as prepare() found it (keep_source_identity),
-        or this raises CheckpointMismatch."""
-        keep_source_identity(files, self.s.stream, self._source_created_us)
-
     def ahead_of_query(self) -> tuple[int, int] | None:
         """What to copy before the query starts, [first, end): from where the query will start
         (its checkpoint's committed end, else the first offset it will keep, chosen now), above
@@ -537,7 +532,7 @@ class StreamReplication:
         assert self.sink is not None, "prepare() first"
         self.catch_up()
         files = open_checkpoint(checkpoint_location(self.cfg, self.s), None)
-        self._keep_source_identity(files)  # refused: the query's start says why
+        keep_source_identity(files, self.s.stream, self._source_created_us)  # the query's start says why
         start = committed_end(files)
         if start is None:
             if has_commit(files):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from helpers import (
     wait_for,
     write_config,
 )
+from nats_servers import NatsCluster, nats_cluster
 
 from harness.streams import count_messages as count
 from harness.streams import read_all
@@ -173,8 +175,7 @@ def test_a_recreated_source_stream_is_copied_whole_after_its_earlier_lifes_copie
         threading.Event().wait(2)
     finally:
         assert rep.stop() == 0, rep.output()
-    new = [m for m in run(read_all(dst, "EVENTS")) if m.data.startswith(b"new")]
-    seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in new]  # type: ignore[union-attr]
+    seqs = new_copies_sequences(dst)
     assert seqs == list(range(1, 3_001))
 
 
@@ -215,15 +216,22 @@ def test_a_record_left_in_flight_by_a_deleted_source_stream_costs_the_new_stream
         threading.Event().wait(2)
     finally:
         assert rep.stop() == 0, rep.output()
-    new = [m for m in run(read_all(dst, "EVENTS")) if m.data.startswith(b"new")]
-    seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in new]  # type: ignore[union-attr]
+    seqs = new_copies_sequences(dst)
     assert seqs == list(range(1, 1_001))
     assert "dropping the record of source sequences 1501-2000 left in flight" in rep.output()
 
 
+@pytest.fixture(params=[1, 3], ids=["single-source", "r3-source"])
+def source_of_each_kind(request: pytest.FixtureRequest) -> Iterator[tuple[NatsCluster, int]]:
+    """The source on one server, or on a 3-server cluster with R3 streams (a clustered stream's
+    creation is stamped by the meta leader). Yields the cluster and the replicas."""
+    with nats_cluster(request.param, "dc1") as c:
+        yield c, request.param
+
+
 @pytest.mark.parametrize("when", ["stopped", "running"])
 def test_a_source_stream_created_again_past_its_checkpoint_is_refused_not_read_on(
-    source_server, nats_server, tmp_path: Path, when: str
+    source_of_each_kind: tuple[NatsCluster, int], nats_server, tmp_path: Path, when: str
 ) -> None:
     """The source stream is deleted and created again, and refilled past where the kept
     checkpoint stopped, while the replicator is stopped or while it runs. Its new messages are
@@ -232,8 +240,9 @@ def test_a_source_stream_created_again_past_its_checkpoint_is_refused_not_read_o
     once the checkpoint is removed (as that line says) copies it whole, in order."""
     import shutil
 
-    src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "EVENTS", ["events.>"]))
+    source, replicas = source_of_each_kind
+    src, dst = source.url, nats_server.url
+    run(create_stream(src, "EVENTS", ["events.>"], num_replicas=replicas))
     run(publish(src, [(f"events.{i}", b"old" * 30, None) for i in range(2_000)]))
     cfg = write_config(
         tmp_path / "sr.yaml", "dc1", [{"stream": "EVENTS", "source_url": src, "target_url": dst}]
@@ -244,7 +253,7 @@ def test_a_source_stream_created_again_past_its_checkpoint_is_refused_not_read_o
         wait_for(lambda: run(count(dst, "EVENTS")) >= 2_000, SLOW_S, "the old stream's copy", rep)
         if when == "stopped":
             assert rep.stop() == 0, rep.output()
-        recreate_events(src)
+        recreate_events(src, replicas)
         run(publish(src, [(f"events.{i}", b"new" * 30, None) for i in range(3_000)]))
         if when == "stopped":
             rep = start_replicator(cfg)
@@ -263,16 +272,21 @@ def test_a_source_stream_created_again_past_its_checkpoint_is_refused_not_read_o
         threading.Event().wait(2)
     finally:
         assert rep.stop() == 0, rep.output()
-    new = [m for m in run(read_all(dst, "EVENTS")) if m.data.startswith(b"new")]
-    seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in new]  # type: ignore[union-attr]
+    seqs = new_copies_sequences(dst)
     assert seqs == list(range(1, 3_001))
 
 
-def recreate_events(src: str) -> None:
+def new_copies_sequences(dst: str) -> list[int]:
+    """The source sequences of the target's copies of the new EVENTS stream, in stored order."""
+    new = [m for m in run(read_all(dst, "EVENTS")) if m.data.startswith(b"new")]
+    return [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in new]  # type: ignore[union-attr]
+
+
+def recreate_events(src: str, replicas: int = 1) -> None:
     """The source stream EVENTS deleted and created again, empty, with another creation time."""
 
     async def delete() -> None:
-        nc = await nats.connect(src)
+        nc = await nats.connect(src.split(","))
         try:
             await nc.jetstream().delete_stream("EVENTS")
         finally:
@@ -280,11 +294,11 @@ def recreate_events(src: str) -> None:
 
     run(delete())
     threading.Event().wait(1.1)  # a creation time in another second than the old stream's
-    run(create_stream(src, "EVENTS", ["events.>"]))
+    run(create_stream(src, "EVENTS", ["events.>"], num_replicas=replicas))
 
 
 async def stream_created_us(url: str, stream: str) -> int:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))
     try:
         return created_us(await nc.jetstream().stream_info(stream))
     finally:
