@@ -171,6 +171,22 @@ class CheckpointMismatch(RuntimeError):
     """The config asks for what the checkpoint cannot give (see keep_sampling_buckets)."""
 
 
+def _recorded_int(
+    files: CheckpointFiles, name: str, text: str, key: str, least: int | None, says: str, fix: str
+) -> int:
+    """The whole number `key` of a record the checkpoint keeps (`text`, read from `name`), or
+    a refusal naming the file, what it should say and how to write it."""
+    try:
+        kept = json.loads(text)[key]
+        if not isinstance(kept, int) or isinstance(kept, bool) or (least is not None and kept < least):
+            raise TypeError(kept)
+    except (ValueError, KeyError, TypeError):
+        raise CheckpointMismatch(
+            f"{files.location}/{name} does not say {says} ({text[:60]!r}): {fix}"
+        ) from None
+    return kept
+
+
 def keep_sampling_buckets(files: CheckpointFiles, buckets: int) -> str | None:
     """Record the bucket count a sampled checkpoint is made with, or refuse another once a batch
     committed (before, its state is empty: the count can still change). Returns a warning when a
@@ -187,15 +203,15 @@ def keep_sampling_buckets(files: CheckpointFiles, buckets: int) -> str | None:
                 f"(made by an earlier release): taken to be sampling_buckets ({buckets}), as configured"
             )
         return None
-    try:
-        kept = json.loads(text)["sampling_buckets"]
-        if not isinstance(kept, int) or isinstance(kept, bool) or kept < 1:
-            raise TypeError(kept)
-    except (ValueError, KeyError, TypeError):
-        raise CheckpointMismatch(
-            f"{files.location}/{SAMPLING_FILE} does not say how many buckets the checkpoint holds "
-            f'({text[:60]!r}): write {{"sampling_buckets": N}} there, N as the checkpoint was made'
-        ) from None
+    kept = _recorded_int(
+        files,
+        SAMPLING_FILE,
+        text,
+        "sampling_buckets",
+        1,
+        "how many buckets the checkpoint holds",
+        'write {"sampling_buckets": N} there, N as the checkpoint was made',
+    )
     if kept != buckets:
         raise CheckpointMismatch(
             f"sampling_buckets is {buckets} but the checkpoint {files.location} keeps its senders in "
@@ -222,15 +238,15 @@ def keep_source_identity(files: CheckpointFiles, stream: str, created_us: int) -
         if text is None or text.strip() != doc:
             files.write_text(SOURCE_FILE, doc)
         return
-    try:
-        kept = json.loads(text)["source_created_us"]
-        if not isinstance(kept, int) or isinstance(kept, bool):
-            raise TypeError(kept)
-    except (ValueError, KeyError, TypeError):
-        raise CheckpointMismatch(
-            f"{files.location}/{SOURCE_FILE} does not say which source stream the checkpoint reads "
-            f"({text[:60]!r}): write {doc} there if it is this stream's checkpoint"
-        ) from None
+    kept = _recorded_int(
+        files,
+        SOURCE_FILE,
+        text,
+        "source_created_us",
+        None,
+        "which source stream the checkpoint reads",
+        f"write {doc} there if it is this stream's checkpoint",
+    )
     if kept != created_us:
         raise CheckpointMismatch(
             f"the source stream {stream} was deleted and created again since the checkpoint "

@@ -56,6 +56,23 @@ async def _candidate(
     return election, asyncio.create_task(election.run()), nc
 
 
+async def _peer_keeps_the_key_till_it_stops(
+    a: Election,
+    peer: tuple[Election, asyncio.Task[None], nats.NATS],
+    while_b_leads: Callable[[], bool],
+    after: Callable[[], bool] = lambda: False,
+) -> None:
+    """The closing steps of a hand-over from `a` to its peer b: a campaigns again after its
+    pause and does not take the key back (checking `while_b_leads` does not hold meanwhile);
+    once b stops and gives the key up, a leads again (checking `after`)."""
+    b = peer[0]
+    tries = a.campaigns
+    await _until(lambda: a.campaigns >= tries + 2, 60, "a campaigning again", never=while_b_leads)
+    assert b.leading()
+    await _stop(*peer)
+    await _until(a.leading, 60, "a leading again after b's stop", never=after)
+
+
 async def _stop(election: Election, task: asyncio.Task[None], nc: nats.NATS) -> None:
     election.stop()
     await asyncio.wait_for(task, 10)
@@ -100,12 +117,7 @@ def test_a_leader_stepping_aside_hands_the_key_to_a_peer_after_its_guard(
             and {v for _, v in ops[gone + 1 :]} == {b"b"}
         )
 
-        # b renews: a, campaigning again after its pause, does not take the key back.
-        tries = a.campaigns
-        await _until(lambda: a.campaigns >= tries + 2, 30, "a campaigning again", never=a.leading)
-        assert b.leading()
-        await _stop(b, b_run, b_nc)  # b gives the key up: a leads again
-        await _until(a.leading, 30, "a leading again after b's stop")
+        await _peer_keeps_the_key_till_it_stops(a, (b, b_run, b_nc), while_b_leads=a.leading)
         await _stop(a, a_run, a_nc)
         await nc.close()
 
@@ -219,12 +231,9 @@ def test_a_leader_stepping_aside_as_its_server_goes_away_never_leads_beside_its_
             else:
                 link.restore()
 
-            # a campaigns again; b keeps the key.
-            tries = a.campaigns
-            await _until(lambda: a.campaigns >= tries + 2, 60, "a campaigning again", never=watch.done)
-            assert b.leading()
-            await _stop(b, b_run, b_nc)
-            await _until(a.leading, 60, "a leading again after b's stop", never=watch.done)
+            await _peer_keeps_the_key_till_it_stops(
+                a, (b, b_run, b_nc), while_b_leads=watch.done, after=watch.done
+            )
             assert not watch.done()
             watch.cancel()
             await _stop(a, a_run, a_nc)
