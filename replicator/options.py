@@ -144,7 +144,9 @@ class ReaderOptions:
             max_messages_per_batch=s.batch_max_messages,
             max_bytes_per_batch=s.batch_max_bytes,
             # A sampled batch pays a fixed state rewrite and its first batch is slow anyway (the
-            # stateful operator's start): full-size batches from the start.
+            # stateful operator's start): full-size batches from the start. The copies' ramp
+            # for it brought the first sampled copy at most 1.7 s sooner and made `make demo`
+            # 3-6 s longer (docs/performance.md, 2026-12-01).
             first_batch_messages=s.batch_max_messages if s.sampling else DEFAULT_FIRST_BATCH,
             tls=tls if tls is not None and tls.enabled else None,
             sampling=sampling,
