@@ -139,8 +139,7 @@ def test_a_target_refusing_for_a_while_loses_nothing(source_server, nats_server,
         wait_for(lambda: run(count(dst, "ORDERS")) >= len(items), SLOW_S, "the rest copied", rep)
     finally:
         assert rep.stop() == 0, rep.output()
-    got = run(read_all(dst, "ORDERS"))
-    seqs = [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in got]  # type: ignore[union-attr]
+    seqs = copied_source_sequences(dst, "ORDERS")
     assert seqs == list(range(1, len(items) + 1)), "every message once, in source order"
     assert "left in flight" in rep.output()
 
