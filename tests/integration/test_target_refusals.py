@@ -6,8 +6,8 @@ leader, acks after replication)."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
+import subprocess
+import sys
 from pathlib import Path
 
 import nats
@@ -87,8 +87,37 @@ def test_a_refused_message_stops_the_copy_before_it_until_the_target_takes_it(
     assert copied_source_sequences(dst, "NARROW") == list(range(1, 3001))
 
 
-def ours(url: str) -> list[int]:
-    return [seq for seq in copied_source_sequences(url, "FANIN") if seq > 0]  # -1: not a copy
+async def _stored_on(url: str, stream: str, subjects: str) -> int:
+    """Messages of `stream` on `subjects` now: one STREAM.INFO, not a read of the stream."""
+    nc = await nats.connect(url.split(","))
+    try:
+        info = await nc.jetstream().stream_info(stream, subjects_filter=subjects)
+        return sum((info.state.subjects or {}).values())
+    finally:
+        await nc.close()
+
+
+# Another data centre's replicator, say: a process of its own, so that it keeps publishing
+# while the test reads the target back (in the test's process it shared the GIL with those
+# reads, and once sent nothing for the whole copy). Each message is acknowledged; it says
+# "ready" after the first, and how many it sent once its stdin closes.
+OTHER_WRITER = """
+import asyncio, sys, threading, nats
+async def main(url):
+    done = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    nc = await nats.connect(url.split(","))
+    js, sent = nc.jetstream(), 0
+    while not done.is_set():
+        await js.publish("other.x", b"theirs")
+        sent += 1
+        if sent == 1:
+            print("ready", flush=True)
+        await asyncio.sleep(0.001)
+    await nc.close()
+    print(sent, flush=True)
+asyncio.run(main(sys.argv[1]))
+"""
 
 
 def test_a_target_with_another_writer_is_copied_exactly_and_in_order(
@@ -100,36 +129,27 @@ def test_a_target_with_another_writer_is_copied_exactly_and_in_order(
     run(create_stream(src, "S", ["s.>"], num_replicas=r))
     run(publish(src, [(f"s.{i % 11}", registration(i, 500), None) for i in range(n)]))
     run(create_stream(dst, "FANIN", ["s.>", "other.>"], num_replicas=r))
-    stop = threading.Event()
-
-    async def other_writer() -> int:  # another data centre's replicator, say
-        nc = await nats.connect(dst.split(","))
-        js, sent = nc.jetstream(), 0
-        try:
-            while not stop.is_set():
-                await js.publish("other.x", b"theirs")
-                sent += 1
-                await asyncio.sleep(0.002)
-        finally:
-            await nc.close()
-        return sent
-
-    theirs: list[int] = []
-    writer = threading.Thread(target=lambda: theirs.append(asyncio.run(other_writer())))
-    writer.start()
+    writer = subprocess.Popen([sys.executable, "-c", OTHER_WRITER, dst], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert writer.stdout is not None and writer.stdin is not None
+    assert writer.stdout.readline() == "ready\n", "the other writer did not start"
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [
         {"stream": "S", "source_url": src, "target_url": dst, "target_stream": "FANIN", "batch_max_messages": 2000},
     ])  # fmt: skip
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: len(ours(dst)) >= n, SLOW_S, "the copy", rep)
+        wait_for(lambda: run(_stored_on(dst, "FANIN", "s.>")) >= n, SLOW_S, "the copy", rep)
     finally:
-        stop.set()
-        writer.join()
+        theirs = int(writer.communicate(input="", timeout=30)[0])
+        assert writer.returncode == 0
         assert rep.stop() == 0, rep.output()
-    got = ours(dst)
+    every = copied_source_sequences(dst, "FANIN")
+    got = [seq for seq in every if seq > 0]  # -1: theirs
     assert got == list(range(1, n + 1)), (got[:20], got.index(1), got[got.index(1) - 3 : got.index(1) + 16])
-    assert run(count(dst, "FANIN")) == n + theirs[0]
+    assert run(count(dst, "FANIN")) == n + theirs
+    # What this test is about: their messages landed among our copies while we copied.
+    between = every[every.index(1) : every.index(n)].count(-1)
+    assert between > 0, "the other writer stored nothing while the copy ran: nothing here was tested"
     assert "has another writer" in rep.output(10**9)
 
 
