@@ -159,6 +159,17 @@ async def stream_last_sequence(url: str, stream: str) -> int:
         await nc.close()
 
 
+async def stored_on(url: str, stream: str, subjects: str) -> int:
+    """Messages of `stream` on `subjects` now: one STREAM.INFO, not a read of the stream (a test
+    that reads whole streams while it waits starves its own publishing threads of the GIL)."""
+    nc = await nats.connect(url.split(","))
+    try:
+        info = await nc.jetstream().stream_info(stream, subjects_filter=subjects)
+        return sum((info.state.subjects or {}).values())
+    finally:
+        await nc.close()
+
+
 def write_config(path: Path, name: str, streams: list[dict[str, Any]], **top: Any) -> Path:
     """A replicator config with a monitor port of its own (the harness waits on its /readyz)."""
     top.setdefault("monitor_port", free_port())

@@ -22,7 +22,7 @@ from helpers import (
 from nats.js.api import StreamConfig, StreamSource
 
 from harness.localnats import free_port
-from harness.scrape import batch_steps
+from harness.scrape import batch_steps, scrape
 from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, parse_source_header
@@ -75,14 +75,21 @@ def test_full_copy_with_subject_rewrite_and_headers(
         wait_for(
             lambda: f"stream_lag_messages{{{labels}}} 0.0" in _scrape(port), SLOW_S, "lag 0 in metrics", rep
         )
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+
+        def steps_now() -> dict[str, float]:
+            return {step: batches for step, (_, batches) in batch_steps(metrics_url).items()}
+
+        # A batch's steps come from Spark's progress event, after its commit and through the
+        # listener bus: on a loaded machine later than its copies' acks (and the lag of 0).
+        wait_for(lambda: steps_now().get("triggerExecution", 0) >= scrape(metrics_url)["batches"], SLOW_S,
+                 "every handled batch's steps in the metrics", rep)  # fmt: skip
         text = _scrape(port)
         assert f"choria_stream_replicator_replicator_copied_messages{{{labels}}} 3000.0" in text
         assert f"choria_stream_replicator_replicator_total_messages{{{labels}}} 3000.0" in text
         assert f"choria_stream_replicator_replicator_stream_sequence{{{labels}}} 3000.0" in text
         # Where each batch's time went, step by step (Spark's own breakdown), for every batch.
-        steps = {
-            step: batches for step, (_, batches) in batch_steps(f"http://127.0.0.1:{port}/metrics").items()
-        }
+        steps = steps_now()
         assert {"latestOffset", "addBatch", "triggerExecution"} <= set(steps), steps
         assert steps["triggerExecution"] >= 1 and steps["addBatch"] == steps["triggerExecution"], steps
         read_by_driver = f"choria_stream_replicator_replicator_driver_read_batches_total{{{labels}}} "

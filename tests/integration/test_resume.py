@@ -28,6 +28,7 @@ from helpers import (
 )
 from nats_servers import NatsCluster, nats_cluster
 
+from harness.faultproxy import FaultProxy
 from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import SOURCE_HEADER, parse_source_header
@@ -43,23 +44,30 @@ def test_kill9_mid_copy_then_restart_gives_exact_copy(
 ) -> None:
     src, dst = source_server.url, nats_server.url
     top = checkpoint_places(tmp_path)[place]
-    cfg, n_first = orders_backlog(src, dst, tmp_path, 30_000, batch_max_messages=2000, **top)
-    rep = start_replicator(cfg)
-    # Kill -9 while copies are in flight (somewhere inside the backlog), not at a batch boundary.
-    wait_for(lambda: run(count(dst, "ORDERS")) >= 7_000, SLOW_S, "copying under way", rep)
-    rep.kill9()
-    partial = run(count(dst, "ORDERS"))
-    assert 0 < partial < n_first
+    # The replicator reaches the target through a proxy: stalled before the kill, it holds the
+    # copies sent and not yet stored, so the kill falls inside the backlog however fast the
+    # copy runs (at ~30,000 copies a second a poll can miss the whole rest of it).
+    with FaultProxy(int(dst.rsplit(":", 1)[1])) as link:
+        cfg, n_first = orders_backlog(src, link.url, tmp_path, 30_000, batch_max_messages=2000, **top)
+        rep = start_replicator(cfg)
+        # Kill -9 while copies are in flight (somewhere inside the backlog), not at a batch boundary.
+        wait_for(lambda: run(count(dst, "ORDERS")) >= 7_000, SLOW_S, "copying under way", rep)
+        link.stall()
+        rep.kill9()
+        link.cut()  # what the dead process sent and the proxy held is lost with its connection
+        partial = run(count(dst, "ORDERS"))
+        assert 0 < partial < n_first
+        link.restore()
 
-    # More data arrives while the replicator is down; then it starts again and catches up.
-    more = [(f"orders.{i % 13}", registration(i), None) for i in range(30_000, 35_000)]
-    run(publish(src, more))
-    rep2 = start_replicator(cfg)
-    try:
-        total = n_first + len(more)
-        wait_for(lambda: run(count(dst, "ORDERS")) >= total, SLOW_S, "catch-up after restart", rep2)
-    finally:
-        assert rep2.stop() == 0, rep2.output()
+        # More data arrives while the replicator is down; then it starts again and catches up.
+        more = [(f"orders.{i % 13}", registration(i), None) for i in range(30_000, 35_000)]
+        run(publish(src, more))
+        rep2 = start_replicator(cfg)
+        try:
+            total = n_first + len(more)
+            wait_for(lambda: run(count(dst, "ORDERS")) >= total, SLOW_S, "catch-up after restart", rep2)
+        finally:
+            assert rep2.stop() == 0, rep2.output()
     got = run(read_all(dst, "ORDERS"))
     want = run(read_all(src, "ORDERS"))
     assert copied_source_sequences(dst, "ORDERS") == [m.seq for m in want], (

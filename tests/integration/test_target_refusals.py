@@ -20,6 +20,7 @@ from helpers import (
     registration,
     run,
     start_replicator,
+    stored_on,
     wait_for,
     wait_handled,
     write_config,
@@ -87,16 +88,6 @@ def test_a_refused_message_stops_the_copy_before_it_until_the_target_takes_it(
     assert copied_source_sequences(dst, "NARROW") == list(range(1, 3001))
 
 
-async def _stored_on(url: str, stream: str, subjects: str) -> int:
-    """Messages of `stream` on `subjects` now: one STREAM.INFO, not a read of the stream."""
-    nc = await nats.connect(url.split(","))
-    try:
-        info = await nc.jetstream().stream_info(stream, subjects_filter=subjects)
-        return sum((info.state.subjects or {}).values())
-    finally:
-        await nc.close()
-
-
 # Another data centre's replicator, say: a process of its own, so that it keeps publishing
 # while the test reads the target back (in the test's process it shared the GIL with those
 # reads, and once sent nothing for the whole copy). Each message is acknowledged; it says
@@ -138,7 +129,7 @@ def test_a_target_with_another_writer_is_copied_exactly_and_in_order(
     ])  # fmt: skip
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: run(_stored_on(dst, "FANIN", "s.>")) >= n, SLOW_S, "the copy", rep)
+        wait_for(lambda: run(stored_on(dst, "FANIN", "s.>")) >= n, SLOW_S, "the copy", rep)
     finally:
         theirs = int(writer.communicate(input="", timeout=30)[0])
         assert writer.returncode == 0
