@@ -67,9 +67,11 @@ from replicator.spark.checkpoint import (
     open_checkpoint,
 )
 from replicator.spark.datasource import (
+    SourceRecreatedError,
     choose_initial_offset,
     parse_initial_offset,
     read_range_chunks,
+    recreated_refusal,
 )
 from replicator.spark.inflight import InflightRecord
 from replicator.spark.lanes import LaneSink
@@ -391,6 +393,7 @@ class StreamReplication:
     def start(self, spark: SparkSession) -> StreamingQuery:
         """Start the entry's query (after catch_up, when leading); on failure it has none."""
         assert self.sink is not None, "prepare() first"
+        self.refuse_a_recreated_source()
         if self.query_active():
             # Never two queries for one entry (Spark refuses the second, and the first would go
             # on unseen): a hot standby's idle query still runs when a failed take-over is
@@ -596,6 +599,34 @@ class StreamReplication:
         except Exception:
             return False
 
+    def refuse_a_recreated_source(self) -> None:
+        """Raise unless the source stream is the one prepare() found: deleted (it may come back
+        as another), or SourceRecreatedError once it was created again. A retry or a takeover
+        does not prepare again, and what a batch left to do (in flight, or in Spark's offset
+        log, which a query replays without asking the stream) would be read from the new stream
+        under the old one's sequences. A source that does not answer now is left to the query's
+        start."""
+
+        async def created() -> int | None:
+            info = await stream_info(self._source_nc, self.s.stream)
+            return created_us(info) if info is not None else None
+
+        if not self._source_created_us:
+            return
+        try:
+            now = self.loop.run(created(), 10)
+        except Exception:
+            return
+        where = parse_nats_url(self.s.source_url).redacted()
+        if now is None:
+            raise RuntimeError(f"source stream {self.s.stream} does not exist on {where} (deleted?)")
+        if now and now != self._source_created_us:
+            raise SourceRecreatedError(
+                recreated_refusal(
+                    self.s.stream, where, now, self._source_created_us, "this entry was prepared"
+                )
+            )
+
     def _source_last_seq(self, filtered: bool = False) -> int | None:
         """The source stream's last sequence now (`filtered`: the last on the entry's
         filter_subject), None when it cannot be asked."""
@@ -709,6 +740,7 @@ class StreamReplication:
         it. A hot standby's running query starts reading there; a sampled entry's query starts
         from its checkpoint (its senders' state), publishing nothing the target holds."""
         assert self.sink is not None
+        self.refuse_a_recreated_source()
         self._won = self.election.wins if self.election is not None else 0
         found = self.loop.run(self._last_copied(), 30)
         self.sink.handled_up_to(found or 0)

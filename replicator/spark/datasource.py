@@ -134,6 +134,18 @@ class SourceRecreatedError(RuntimeError):
     pass
 
 
+def recreated_refusal(stream: str, where: str, now_us: int, expected_us: int, since: str) -> str:
+    """The one line that refuses a source stream deleted and created again `since` (when its
+    creation was `expected_us`)."""
+    return (
+        f"nats-jetstream: stream {stream} on {where} was deleted and created again since {since} "
+        f"(created {_utc(now_us)}, not {_utc(expected_us)}): its checkpoint belongs to the old stream; "
+        "stop the replicator and remove the entry's checkpoint under state_store to copy the new "
+        "stream from its start (if it was restored from a backup of the same messages, write "
+        f'{{"source_created_us": {now_us}}} into the checkpoint\'s sr-source.json instead)'
+    )
+
+
 def _utc(us: int) -> str:
     return datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="microseconds")
 
@@ -215,12 +227,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
         expected, now = self.o.source_created_us, created_us(info)
         if expected and now and now != expected:
             raise SourceRecreatedError(
-                f"nats-jetstream: stream {self.stream} on {self._where()} was deleted and created again "
-                f"since this query started (created {_utc(now)}, not {_utc(expected)}): its checkpoint "
-                "belongs to the old stream; stop the replicator and remove the entry's checkpoint "
-                "under state_store to copy the new stream from its start (if it was restored from a "
-                f'backup of the same messages, write {{"source_created_us": {now}}} into the '
-                "checkpoint's sr-source.json instead)"
+                recreated_refusal(self.stream, self._where(), now, expected, "this query started")
             )
 
     def _configured_start(self) -> int:

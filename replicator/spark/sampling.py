@@ -33,6 +33,8 @@ from replicator.spark.sink import BatchResult, OrderedSink, PublishError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from replicator.nats.readers import RawMessage
+
 log = logging.getLogger(__name__)
 
 # One row per copy (kind copy), per advisory (kind adv, with its event, and its event id in
@@ -173,6 +175,8 @@ class DecidedBatch:
 
     copies: list[int]
     """Sequences to copy, ascending."""
+    copy_times_ms: list[int]
+    """When each of `copies` was stored (ms), as the rules saw it: the read-back must find the same."""
     advisories: pa.Table
     """In event-time order (then by the message that caused each)."""
     stats: pa.Table
@@ -194,8 +198,10 @@ class DecidedBatch:
         last = pc.max(stats.column("seq")).as_py() if stats.num_rows else None
         clock = pc.max(stats.column("ts_ms")).as_py() if stats.num_rows else None
         due = pc.min(stats.column("due_ms")).as_py() if stats.num_rows else None
+        copies = table.filter(pc.equal(kinds, KIND_COPY)).select(["seq", "ts_ms"]).sort_by("seq")
         return cls(
-            copies=sorted(table.filter(pc.equal(kinds, KIND_COPY)).column("seq").to_pylist()),
+            copies=copies.column("seq").to_pylist(),
+            copy_times_ms=copies.column("ts_ms").to_pylist(),
             advisories=table.filter(pc.equal(kinds, KIND_ADVISORY)).sort_by(
                 [("ts_ms", "ascending"), ("seq", "ascending")]
             ),
@@ -229,13 +235,17 @@ class SamplingSink:
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
         self.ordered.check_leader()
-        table: pa.Table = batch_df.toArrow()
+        self.publish_decided(batch_df.toArrow(), batch_id, started)
+
+    def publish_decided(self, table: pa.Table, batch_id: int, started: float) -> None:
+        """Publish what the rules decided in one batch (their rows, collected): the copies in
+        source order, then the advisories; then count the batch."""
         decided = DecidedBatch.of(table)
         stats, advs = decided.stats, decided.advisories
         result = BatchResult(received=decided.received, received_bytes=decided.received_bytes)
         if result.received:
             result.last_seq = decided.last_seq
-            for part in self._copies(decided.copies):
+            for part in self._copies(decided.copies, decided.copy_times_ms):
                 r = self.ordered.publish_table(part)
                 result.copied += r.copied
                 result.copied_bytes += r.copied_bytes
@@ -279,14 +289,15 @@ class SamplingSink:
         self.ordered.log.debug("batch %d: %d messages, %d copied, %d advisories", batch_id, result.received,
                   result.copied, advs.num_rows)  # fmt: skip
 
-    def _copies(self, seqs: list[int]) -> Iterator[pa.Table]:
+    def _copies(self, seqs: list[int], times_ms: list[int]) -> Iterator[pa.Table]:
         """The messages to copy, read back from the source in order, a chunk at a time (the
         batch's rows carry no payloads: see replicator.spark.rows.to_sampling_batch). Copies
-        close together are read as one range; far apart, each run on its own."""
+        close together are read as one range; far apart, each run on its own. Each must be
+        the message the rules saw (stored at `times_ms`), or the batch fails."""
         if not seqs:
             return
         self.loop.run(self.source.connection(), 60)  # a source that cannot be reached: the batch fails
-        wanted = set(seqs)
+        wanted = dict(zip(seqs, times_ms, strict=True))
         found = 0
         for first, last in _runs(seqs, COPY_RUN_GAP):
             chunks = self.source.chunks(first, last + 1)
@@ -299,6 +310,7 @@ class SamplingSink:
                     except SourceStreamGone as e:
                         raise PublishError(f"{e}; its copies cannot be published") from None
                     kept = [m for m in chunk if m.seq in wanted]
+                    self._same_as_decided(kept, wanted)
                     found += len(kept)
                     if kept:
                         yield pa.Table.from_batches(
@@ -310,6 +322,20 @@ class SamplingSink:
             # Removed from the source (its limits, or by hand) between Spark's read and now.
             self.ordered.log.warning("%d of %d copies were no longer in the source stream when read for publishing",
                                      len(seqs) - found, len(seqs))  # fmt: skip
+
+    def _same_as_decided(self, read: list[RawMessage], wanted: dict[int, int]) -> None:
+        """Raise unless each message read back is the one the rules decided on: a sequence
+        stored at another time belongs to a stream deleted and created again since Spark read
+        it (the planner's check comes before the read, this one after). Published, it would be
+        another message under this one's sequence and id."""
+        for m in read:
+            if m.ts_ns // 1_000_000 != wanted[m.seq]:
+                raise PublishError(
+                    f"source stream {self.ordered.settings.source_stream}: sequence {m.seq} now holds a message "
+                    f"stored at {m.ts_ns // 1_000_000} ms, not the one the batch decided on (stored at "
+                    f"{wanted[m.seq]} ms): the stream was deleted and created again; nothing of it is copied "
+                    "and the batch will be retried"
+                )
 
     async def _advise(self, advs: pa.Table) -> None:
         advisories = list(

@@ -283,23 +283,90 @@ def test_a_source_stream_created_again_past_its_checkpoint_is_refused_not_read_o
     assert seqs == list(range(1, 3_001))
 
 
+@pytest.mark.parametrize("mode", ["copy", "sampled"])
+def test_a_source_recreated_while_a_batch_waits_for_its_retry_is_refused_at_the_retry(
+    source_server, nats_server, tmp_path: Path, mode: str
+) -> None:
+    """The target refuses a copy (too big), so the entry retries with that batch still to do;
+    meanwhile the source stream is deleted and created again, and the target fixed. The retry
+    must refuse the new stream, as a restart does: before the fix it took the batch's range
+    from the new stream (in flight, or replayed by Spark without asking the stream anew) and
+    published its messages as copies of the old ones."""
+    from nats.js.api import StreamConfig
+
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "EVENTS", ["events.>"]))
+    run(publish(src, [(f"events.{i}", json.dumps({"sender": f"n{i}", "pad": "o" * (20_000 if i == 49 else 90)}).encode(), None)
+                      for i in range(100)]))  # fmt: skip
+    small = StreamConfig(name="EVENTS", subjects=["events.>"], max_msg_size=8192, allow_direct=True)
+    run(create_stream(dst, "EVENTS", ["events.>"], max_msg_size=8192))
+    entry: dict[str, Any] = {"stream": "EVENTS", "source_url": src, "target_url": dst}
+    if mode == "sampled":
+        entry.update(inspect_field="sender", inspect_duration="1h")
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: "source sequence 50 is" in rep.output(), SLOW_S, "the refusal of sequence 50", rep)
+        # Deleted first: once an attempt failed on its absence, every start after it asks for
+        # the stream before its query runs, so the new stream below is met by a retry, not
+        # raced by one.
+        gone = rep.output(10**9).count("does not exist")
+        delete_events(src)
+        wait_for(
+            lambda: rep.output(10**9).count("does not exist") > gone,
+            SLOW_S,
+            "an attempt without the stream",
+            rep,
+        )
+        recreate_events(src)
+        run(publish(src, [(f"events.{i}", json.dumps({"sender": f"n{i}", "new": 1}).encode(), None)
+                          for i in range(100)]))  # fmt: skip
+
+        async def fix_the_target() -> None:
+            nc = await nats.connect(dst)
+            try:
+                await nc.jetstream().update_stream(StreamConfig(**{**small.as_dict(), "max_msg_size": 65536}))  # type: ignore[arg-type]
+            finally:
+                await nc.close()
+
+        run(fix_the_target())
+        wait_for(lambda: "deleted and created again" in rep.output(10**9) or run(count(dst, "EVENTS")) > 49,
+                 SLOW_S, "the retry", rep)  # fmt: skip
+        threading.Event().wait(3)  # a retry that copied would have copied more by now
+    finally:
+        assert rep.stop() == 0, rep.output()
+    got = run(read_all(dst, "EVENTS"))
+    assert [m.data for m in got if b'"new"' in m.data] == [], (
+        "the new stream's messages were copied as the old's"
+    )
+    assert copied_source_sequences(dst, "EVENTS") == list(range(1, 50))
+    assert "deleted and created again" in rep.output(10**9)
+
+
 def new_copies_sequences(dst: str) -> list[int]:
     """The source sequences of the target's copies of the new EVENTS stream, in stored order."""
     new = [m for m in run(read_all(dst, "EVENTS")) if m.data.startswith(b"new")]
     return [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in new]  # type: ignore[union-attr]
 
 
-def recreate_events(src: str, replicas: int = 1) -> None:
-    """The source stream EVENTS deleted and created again, empty, with another creation time."""
+def delete_events(src: str) -> None:
+    """The source stream EVENTS deleted (nothing happens if it is gone already)."""
 
     async def delete() -> None:
         nc = await nats.connect(src.split(","))
         try:
             await nc.jetstream().delete_stream("EVENTS")
+        except nats.js.errors.NotFoundError:
+            pass
         finally:
             await nc.close()
 
     run(delete())
+
+
+def recreate_events(src: str, replicas: int = 1) -> None:
+    """The source stream EVENTS deleted and created again, empty, with another creation time."""
+    delete_events(src)
     threading.Event().wait(1.1)  # a creation time in another second than the old stream's
     run(create_stream(src, "EVENTS", ["events.>"], num_replicas=replicas))
 

@@ -28,6 +28,7 @@ def test_a_batch_is_handled_up_to_its_last_message_across_buckets_copies_ascendi
         (KIND_STATS, 21, 9, None, 2, 1500),  # bucket 2: messages 12, 21
     ))  # fmt: skip
     assert batch.copies == [4, 17]
+    assert batch.copy_times_ms == [1, 5]  # each copy's time as the rules saw it, beside it
     assert (batch.received, batch.received_bytes, batch.last_seq) == (5, 4500, 21)
     assert batch.advisories.column("event").to_pylist() == ["timeout", "new"]  # event time order
 
