@@ -140,9 +140,10 @@ def recreated_refusal(stream: str, where: str, now_us: int, expected_us: int, si
     return (
         f"nats-jetstream: stream {stream} on {where} was deleted and created again since {since} "
         f"(created {_utc(now_us)}, not {_utc(expected_us)}): its checkpoint belongs to the old stream; "
-        "stop the replicator and remove the entry's checkpoint under state_store to copy the new "
-        "stream from its start (if it was restored from a backup of the same messages, write "
-        f'{{"source_created_us": {now_us}}} into the checkpoint\'s sr-source.json instead)'
+        "stop the replicator, remove the entry's checkpoint under state_store and start it again "
+        "to copy the new stream from its start (if it was restored from a backup of the same "
+        f'messages, write {{"source_created_us": {now_us}}} into the checkpoint\'s sr-source.json '
+        "instead of removing it)"
     )
 
 
