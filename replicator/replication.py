@@ -619,7 +619,10 @@ class StreamReplication:
             return
         where = parse_nats_url(self.s.source_url).redacted()
         if now is None:
-            raise RuntimeError(f"source stream {self.s.stream} does not exist on {where} (deleted?)")
+            raise RuntimeError(
+                f"source stream {self.s.stream} does not exist on {where} (deleted, or another server?): "
+                "nothing is read until it does; one created again is refused until its checkpoint is removed"
+            )
         if now and now != self._source_created_us:
             raise SourceRecreatedError(
                 recreated_refusal(

@@ -159,6 +159,15 @@ async def stream_last_sequence(url: str, stream: str) -> int:
         await nc.close()
 
 
+async def update_stream(url: str, cfg: StreamConfig) -> None:
+    """`cfg` applied to an existing stream (a test's operator fixing a target, say)."""
+    nc = await nats.connect(url.split(","))
+    try:
+        await nc.jetstream().update_stream(cfg)
+    finally:
+        await nc.close()
+
+
 async def stored_on(url: str, stream: str, subjects: str) -> int:
     """Messages of `stream` on `subjects` now: one STREAM.INFO, not a read of the stream (a test
     that reads whole streams while it waits starves its own publishing threads of the GIL)."""

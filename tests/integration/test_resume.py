@@ -23,6 +23,7 @@ from helpers import (
     run,
     run_until_handled,
     start_replicator,
+    update_stream,
     wait_for,
     write_config,
 )
@@ -321,15 +322,7 @@ def test_a_source_recreated_while_a_batch_waits_for_its_retry_is_refused_at_the_
         recreate_events(src)
         run(publish(src, [(f"events.{i}", json.dumps({"sender": f"n{i}", "new": 1}).encode(), None)
                           for i in range(100)]))  # fmt: skip
-
-        async def fix_the_target() -> None:
-            nc = await nats.connect(dst)
-            try:
-                await nc.jetstream().update_stream(StreamConfig(**{**small.as_dict(), "max_msg_size": 65536}))  # type: ignore[arg-type]
-            finally:
-                await nc.close()
-
-        run(fix_the_target())
+        run(update_stream(dst, StreamConfig(**{**small.as_dict(), "max_msg_size": 65536})))  # type: ignore[arg-type]
         wait_for(lambda: "deleted and created again" in rep.output(10**9) or run(count(dst, "EVENTS")) > 49,
                  SLOW_S, "the retry", rep)  # fmt: skip
         threading.Event().wait(3)  # a retry that copied would have copied more by now

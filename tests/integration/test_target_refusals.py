@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nats
 import pytest
 from helpers import (
     SLOW_S,
@@ -21,6 +20,7 @@ from helpers import (
     run,
     start_replicator,
     stored_on,
+    update_stream,
     wait_for,
     wait_handled,
     write_config,
@@ -31,14 +31,6 @@ from nats_servers import NatsCluster
 from harness.streams import count_messages as count
 
 pytestmark = pytest.mark.integration
-
-
-async def _update_stream(url: str, cfg: StreamConfig) -> None:
-    nc = await nats.connect(url.split(","))
-    try:
-        await nc.jetstream().update_stream(cfg)
-    finally:
-        await nc.close()
 
 
 def test_a_refused_message_stops_the_copy_before_it_until_the_target_takes_it(
@@ -78,8 +70,8 @@ def test_a_refused_message_stops_the_copy_before_it_until_the_target_takes_it(
         assert copied_source_sequences(dst, "NARROW") == list(range(1, 2001))
 
         # The operator fixes the targets; the next retry continues from the refused message.
-        run(_update_stream(dst, StreamConfig(**{**big.as_dict(), "max_msg_size": 65536})))  # type: ignore[arg-type]
-        run(_update_stream(dst, StreamConfig(**{**narrow.as_dict(), "subjects": ["n.s.>"]})))  # type: ignore[arg-type]
+        run(update_stream(dst, StreamConfig(**{**big.as_dict(), "max_msg_size": 65536})))  # type: ignore[arg-type]
+        run(update_stream(dst, StreamConfig(**{**narrow.as_dict(), "subjects": ["n.s.>"]})))  # type: ignore[arg-type]
         wait_for(lambda: run(count(dst, "BIG")) == 3000 and run(count(dst, "NARROW")) == 3000, SLOW_S,
                  "the copies to finish", rep)  # fmt: skip
     finally:
@@ -131,9 +123,10 @@ def test_a_target_with_another_writer_is_copied_exactly_and_in_order(
     try:
         wait_for(lambda: run(stored_on(dst, "FANIN", "s.>")) >= n, SLOW_S, "the copy", rep)
     finally:
-        theirs = int(writer.communicate(input="", timeout=30)[0])
-        assert writer.returncode == 0
+        sent = writer.communicate(input="", timeout=30)[0]
         assert rep.stop() == 0, rep.output()
+    assert writer.returncode == 0, "the other writer failed"
+    theirs = int(sent)
     every = copied_source_sequences(dst, "FANIN")
     got = [seq for seq in every if seq > 0]  # -1: theirs
     assert got == list(range(1, n + 1)), (got[:20], got.index(1), got[got.index(1) - 3 : got.index(1) + 16])
@@ -202,7 +195,7 @@ def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
                 "1500 published again",
                 rep,
             )
-            run(_update_stream(dst, StreamConfig(**{**target.as_dict(), "allow_rollup_hdrs": True})))  # type: ignore[arg-type]
+            run(update_stream(dst, StreamConfig(**{**target.as_dict(), "allow_rollup_hdrs": True})))  # type: ignore[arg-type]
             wait_for(lambda: run(count(dst, "T")) == 3_000, SLOW_S, "1500 copied", rep)
             assert "the target lacked 1 copies" in rep.output(10**9)
     finally:
