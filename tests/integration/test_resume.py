@@ -286,7 +286,7 @@ def test_a_source_stream_created_again_past_its_checkpoint_is_refused_not_read_o
 
 @pytest.mark.parametrize("mode", ["copy", "sampled"])
 def test_a_source_recreated_while_a_batch_waits_for_its_retry_is_refused_at_the_retry(
-    source_server, nats_server, tmp_path: Path, mode: str
+    source_of_each_kind: tuple[NatsCluster, int], nats_server, tmp_path: Path, mode: str
 ) -> None:
     """The target refuses a copy (too big), so the entry retries with that batch still to do;
     meanwhile the source stream is deleted and created again, and the target fixed. The retry
@@ -295,8 +295,9 @@ def test_a_source_recreated_while_a_batch_waits_for_its_retry_is_refused_at_the_
     published its messages as copies of the old ones."""
     from nats.js.api import StreamConfig
 
-    src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "EVENTS", ["events.>"]))
+    source, replicas = source_of_each_kind
+    src, dst = source.url, nats_server.url
+    run(create_stream(src, "EVENTS", ["events.>"], num_replicas=replicas))
     run(publish(src, [(f"events.{i}", json.dumps({"sender": f"n{i}", "pad": "o" * (20_000 if i == 49 else 90)}).encode(), None)
                       for i in range(100)]))  # fmt: skip
     small = StreamConfig(name="EVENTS", subjects=["events.>"], max_msg_size=8192, allow_direct=True)
@@ -319,7 +320,7 @@ def test_a_source_recreated_while_a_batch_waits_for_its_retry_is_refused_at_the_
             "an attempt without the stream",
             rep,
         )
-        recreate_events(src)
+        recreate_events(src, replicas)
         run(publish(src, [(f"events.{i}", json.dumps({"sender": f"n{i}", "new": 1}).encode(), None)
                           for i in range(100)]))  # fmt: skip
         run(update_stream(dst, StreamConfig(**{**small.as_dict(), "max_msg_size": 65536})))  # type: ignore[arg-type]
