@@ -204,6 +204,9 @@ class StreamConfig(_Strict):
     # Copy-only entries: the driver copies what the query would read first while Spark's
     # session starts (replicator.head_start), so the first copies do not wait for Spark.
     copy_ahead: bool = True
+    # Copy-only entries that copy ahead: the driver also copies each new message as the source
+    # stores it, beside the query (replicator.live_copies), whose batches then record progress.
+    copy_live: bool = False
     lanes: int = Field(default=4, ge=1, le=1024)
 
     @field_validator("stream", "target_stream")
@@ -323,6 +326,21 @@ class StreamConfig(_Strict):
                 raise ValueError(
                     f"order: subject does not combine with {', '.join(unsupported)} yet: use order: stream "
                     "(the default) for this entry"
+                )
+        if self.copy_live:
+            unsupported = [
+                k
+                for k, on in (
+                    ("sampling (inspect_*)", self.sampling),
+                    ("order: subject", self.order == "subject"),
+                    ("leader_election_name", bool(self.leader_election_name)),
+                    ("copy_ahead: false", not self.copy_ahead),
+                )
+                if on
+            ]
+            if unsupported:
+                raise ValueError(
+                    f"copy_live does not combine with {', '.join(unsupported)}: remove copy_live from this entry"
                 )
         if self.batch_max_messages is None:
             self.batch_max_messages = DEFAULT_SAMPLING_BATCH if self.sampling else DEFAULT_COPY_BATCH

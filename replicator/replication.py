@@ -32,6 +32,7 @@ from replicator.entry_files import (
 from replicator.gap_fill import GapFill
 from replicator.head_start import ahead_range
 from replicator.headers import CopyOwner
+from replicator.live_copies import LIVE_TRIGGER, LiveCopier
 from replicator.logs import stream_logger
 from replicator.metrics import metrics
 from replicator.nats.connect import ConnectError, open_connection
@@ -118,6 +119,7 @@ class StreamReplication:
         # again is another stream, whose sequences a checkpoint of the old one does not cover.
         self._source_created_us = 0
         self.small_batches: SmallBatchReader | None = None  # a copy's driver-side reads
+        self.live: LiveCopier | None = None  # copies made beside the query (copy_live)
         # Choria's state file this query's first batch was seeded from (and the checkpoint's
         # files), until that batch commits.
         self._choria_seeded: tuple[Path, Any] | None = None
@@ -340,6 +342,11 @@ class StreamReplication:
         """Publish what an earlier run left in flight (see replicator.spark.inflight) before the
         query resumes after it."""
         assert self.sink is not None, "prepare() first"
+        with self.sink.publishing:  # live copies that did not stop in time wait (stop_live)
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        assert self.sink is not None
         try:
             self.sink.wait_published(self.sink.settings.ack_timeout)  # a publish still running settles first
         except TimeoutError:
@@ -349,6 +356,9 @@ class StreamReplication:
             ) from None
         except Exception as e:
             self.log.info("the batch in flight failed (%s); publishing it again", e)
+        # Nothing else publishes now (no query, no live copies): what follows settles it, or
+        # raises and leaves its record for the next try.
+        self.sink.failure_settled()
         record = self.sink.inflight
         left = record.read() if record is not None else None
         if record is None or left is None:
@@ -393,6 +403,7 @@ class StreamReplication:
     def start(self, spark: SparkSession) -> StreamingQuery:
         """Start the entry's query (after catch_up, when leading); on failure it has none."""
         assert self.sink is not None, "prepare() first"
+        self.stop_live()
         self.refuse_a_recreated_source()
         if self.query_active():
             # Never two queries for one entry (Spark refuses the second, and the first would go
@@ -443,6 +454,7 @@ class StreamReplication:
         if self.s.order == "subject":
             sink = LaneSink(self.sink.settings, self.s.lanes, self._lanes_done)
         elif self.sampling_sink is None:
+            self.sink.reads_above_floor = self.can_copy_live()
             # A batch small enough for one read task is read in the driver instead.
             self.small_batches = SmallBatchReader(
                 options,
@@ -466,14 +478,17 @@ class StreamReplication:
 
         # The query takes its own copy of the session's settings when it starts; a checkpoint
         # keeps the shuffle partitions of its first batch.
+        writer = df.writeStream.foreachBatch(sink_noting_start)
+        if self.sink.reads_above_floor:
+            # Copied live, a new message does not wait for a batch: the batches only record
+            # progress, and once a second costs the JVM a fraction of one after each message.
+            writer = writer.trigger(processingTime=LIVE_TRIGGER)
         with session_conf(spark, "spark.sql.shuffle.partitions", partitions):
-            self.query = (
-                df.writeStream.foreachBatch(sink_noting_start)
-                .queryName(self.query_name)
-                .option("checkpointLocation", ckpt)
-                .start()
-            )
+            self.query = writer.queryName(self.query_name).option("checkpointLocation", ckpt).start()
         self.log.info("replicating to %s (checkpoint %s)", self.s.target_stream, ckpt)
+        if self.sink.reads_above_floor:
+            self.live = LiveCopier(self)
+            self.live.start()
         return self.query
 
     def query_state(self) -> tuple[QueryState, BaseException | None]:
@@ -495,6 +510,7 @@ class StreamReplication:
     def drop_query(self) -> None:
         """Stop the query now, if it runs, and forget it (it is started again from its checkpoint,
         after catch_up)."""
+        self.stop_live()
         q, self.query = self.query, None
         if q is not None and q.isActive:
             q.stop()
@@ -526,6 +542,40 @@ class StreamReplication:
             and not self.s.leader_election_name
             and not is_uri(checkpoint_location(self.cfg, self.s))
         )
+
+    def can_copy_live(self) -> bool:
+        """Whether the entry copies new messages beside its query (copy_live; replicator.live_copies):
+        the entries that copy ahead at the start."""
+        return self.s.copy_live and self.can_copy_ahead()
+
+    def stop_live(self) -> None:
+        """End the live copies, if they run (each start begins them again after the query's)."""
+        live, self.live = self.live, None
+        if live is not None:
+            live.stop()
+
+    def live_start(self) -> int | None:
+        """The first sequence the live copies may copy: where the running query started (its
+        checkpoint's committed end, else its first offset), never before it: a configured start
+        (start_sequence, start_time, start_at_end) leaves out what lies before it. None: an
+        offset log not in the data source's form, whose start only the query knows."""
+        files = open_checkpoint(checkpoint_location(self.cfg, self.s), None)
+        start = committed_end(files)
+        if start is None:
+            if has_commit(files):
+                return None
+            start = int(json.loads(self._initial_offset(files))["seq"])
+        return start
+
+    @property
+    def source_connection(self) -> Any:
+        """The driver's connection to the source (prepare() opens it)."""
+        return self._source_nc
+
+    @property
+    def source_created_us(self) -> int:
+        """The source stream's creation as prepare() found it (0: not known)."""
+        return self._source_created_us
 
     def ahead_of_query(self) -> tuple[int, int] | None:
         """What to copy before the query starts, [first, end): from where the query will start
@@ -803,6 +853,7 @@ class StreamReplication:
 
     def stop_query(self, grace: float = 10.0) -> None:
         """Stop the query (letting its running batch end within `grace`); the sinks stay."""
+        self.stop_live()
         if self.query is not None:
             # Let the running batch finish and start no other (the source admits nothing more
             # once the stopping file exists), then stop the idle query. Interrupting a batch is

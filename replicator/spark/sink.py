@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import enum
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -264,6 +265,13 @@ class OrderedSink:
         # foreachBatch call itself; the sampling sink does, its decisions are not re-derivable).
         self.inflight = inflight
         self._pending: Future[None] | None = None
+        # A background publish's error, kept until catch_up has published its batch again:
+        # whoever publishes next raises it, so no later batch goes out past the failed one's
+        # copies (the live copier and the query both publish: replicator.live_copies).
+        self._failed: BaseException | None = None
+        # One caller at a time from the wait for the last batch's acks to the next batch's
+        # start (the query's batches, the copies ahead and the live copies).
+        self.publishing = threading.RLock()
         # Highest source sequence known to be in the target, or deliberately skipped: never
         # published again. Only this sink moves it, and only up (handled_up_to).
         self._floor = floor
@@ -285,7 +293,10 @@ class OrderedSink:
         self.batches = 0  # handled (published or skipped) since this process started
         # Reads a small batch in the driver, given its id (None from it, or unset: Spark reads
         # the batch); see replicator.spark.small_batches.
-        self.small_batches: Callable[[int], pa.Table | None] | None = None
+        # The sequence above which a batch is read (see __call__).
+        self.small_batches: Callable[[int, int], pa.Table | None] | None = None
+        # Whether a batch's read leaves out what the target holds (replicator.live_copies).
+        self.reads_above_floor = False
 
     async def connection(self) -> ReplicatorClient:
         """The sink's target connection (opened if need be)."""
@@ -334,15 +345,19 @@ class OrderedSink:
         and its publishing started, so Spark reads the next batch while this one is published;
         the previous batch must have been fully acknowledged first (or this batch fails)."""
         started = time.monotonic()
-        table = self.small_batches(batch_id) if self.small_batches is not None else None
-        if table is None:
-            table = batch_df.toArrow()
-        else:
-            self.labels.of(metrics().driver_read_batches).inc()
-        collected = time.monotonic()
-        if table.num_rows == 0 and not self.leading():
-            return  # a standby's query (replaying a batch at start) reads nothing: nothing to do
-        result = self.publish_rows(table, started)
+        with self.publishing:
+            # Copied live, most of a batch is in the target already: not read again. The floor
+            # may move on meanwhile (the last publish's acks): select() drops what it passed.
+            above = self.floor if self.reads_above_floor else 0
+            table = self.small_batches(batch_id, above) if self.small_batches is not None else None
+            if table is None:
+                table = batch_df.toArrow()
+            else:
+                self.labels.of(metrics().driver_read_batches).inc()
+            collected = time.monotonic()
+            if table.num_rows == 0 and not self.leading():
+                return  # a standby's query (replaying a batch at start) reads nothing: nothing to do
+            result = self.publish_rows(table, started)
         self.log.debug(
             "batch %d: %d rows, collect %.3fs, then %.3fs",
             batch_id,
@@ -355,6 +370,10 @@ class OrderedSink:
         """Publish a batch's rows (or rows read ahead of the query: replicator.head_start) as
         one batch: recorded in flight first where there is a record, and returning once their
         publishing started; the previous batch must have been fully acknowledged first."""
+        with self.publishing:
+            return self._publish_rows(table, started)
+
+    def _publish_rows(self, table: pa.Table, started: float) -> BatchResult:
         self.check_leader()
         if self.inflight is None:
             result = self.publish_table(table)
@@ -389,7 +408,10 @@ class OrderedSink:
     def wait_published(self, timeout: float | None = None) -> None:
         """Wait until the batch being published is acknowledged; raise its error if it failed.
         Past `timeout` it is still being published, and the next batch still waits for it (its
-        in-flight record must not be replaced while it may yet land)."""
+        in-flight record must not be replaced while it may yet land). A failed batch's error is
+        raised again to every caller until catch_up has published it again (failure_settled)."""
+        if self._failed is not None:
+            raise self._failed
         pending = self._pending
         if pending is None:
             return
@@ -397,13 +419,20 @@ class OrderedSink:
             pending.result(timeout)
         except concurrent.futures.TimeoutError:
             raise
-        except BaseException:
-            self._pending = None  # its error is reported once; its in-flight record stays
+        except BaseException as e:
+            self._pending, self._failed = None, e  # its in-flight record stays
             raise
         self._pending = None
 
+    def failure_settled(self) -> None:
+        """What the failed batch left in flight is published again (catch_up): publishing may
+        go on."""
+        self._failed = None
+
     def publish_failed(self) -> BaseException | None:
         """The error of a background publish that failed (None while running or fine)."""
+        if self._failed is not None:
+            return self._failed
         p = self._pending
         if p is None or not p.done() or p.cancelled():
             return None

@@ -78,11 +78,14 @@ class SmallBatchReader:
         # Rows of the last batches read here (Spark counts none for them in its progress).
         self.rows: OrderedDict[int, int] = OrderedDict()
 
-    def __call__(self, batch_id: int) -> pa.Table | None:
+    def __call__(self, batch_id: int, above: int = 0) -> pa.Table | None:
+        """`above`: only its rows of source sequences above this (the target holds the rest)."""
         offsets = batch_offsets(self.checkpoint, batch_id)
         if offsets is None:
             return None
         rng = batch_read_range(self.o.lease_file, *offsets)
+        if rng is not None:
+            rng = (max(rng[0], above + 1), rng[1])
         if rng is None:
             # Not under the lease it was planned under: nothing (as its Spark tasks would read).
             table = ARROW_SCHEMA.empty_table()

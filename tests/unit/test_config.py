@@ -275,3 +275,21 @@ def test_a_file_with_only_heartbeats_is_valid_and_one_with_neither_is_not() -> N
     assert cfg.streams == []
     with pytest.raises(ConfigError, match=r"streams: give one or more stream entries \(or heartbeats:"):
         parse_config({"name": "dc1"})
+
+
+@pytest.mark.parametrize(
+    ("more", "refused"),
+    [
+        ({"inspect_field": "sender", "inspect_duration": "1h"}, r"sampling \(inspect_\*\)"),
+        ({"order": "subject"}, "order: subject"),
+        ({"leader_election_name": "sr"}, "leader_election_name"),
+        ({"copy_ahead": False}, "copy_ahead: false"),
+    ],
+)
+def test_copy_live_is_off_by_default_and_refused_where_it_cannot_apply(
+    more: dict[str, object], refused: str
+) -> None:
+    assert parse_config(BASE).streams[0].copy_live is False
+    assert parse_config({**BASE, "streams": [{**BASE["streams"][0], "copy_live": True}]}).streams[0].copy_live
+    with pytest.raises(ConfigError, match=rf"copy_live does not combine with {refused}: remove copy_live"):
+        parse_config({**BASE, "streams": [{**BASE["streams"][0], "copy_live": True, **more}]})

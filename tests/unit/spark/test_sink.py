@@ -33,8 +33,15 @@ def test_a_publish_still_running_past_a_wait_is_still_waited_for() -> None:
         running.set_exception(RuntimeError("refused"))
         with pytest.raises(RuntimeError, match="refused"):
             sink.wait_published(1)
-        assert sink._pending is None  # its error is reported once
+        assert sink._pending is None
+        # Raised to every later caller (the query's next batch, the live copies) until catch_up
+        # has published it again: none of them may publish past it.
+        with pytest.raises(RuntimeError, match="refused"):
+            sink.wait_published(1)
+        assert isinstance(sink.publish_failed(), RuntimeError)
+        sink.failure_settled()
         sink.wait_published(1)
+        assert sink.publish_failed() is None
     finally:
         loop.stop()
 
@@ -56,7 +63,7 @@ def test_the_first_batch_on_a_target_not_yet_looked_at_is_recorded_as_possibly_l
         )
         msgs = [RawMessage(seq, "s.a", 1_700_000_000_000_000_000, None, b"{}") for seq in (1, 2, 3)]
         table = pa.Table.from_batches([to_record_batch("S", msgs)])
-        sink.small_batches = lambda batch_id: table
+        sink.small_batches = lambda batch_id, above: table
         sink(None, 0)
         left = InflightRecord(tmp_path / "inflight").read()
         assert left is not None and (left.first_seq, left.last_seq) == (1, 3)

@@ -1,0 +1,194 @@
+"""Copies made as the source stores each message, beside the entry's running query.
+
+A copy-only entry's micro-batch costs Spark ~26 ms of fixed work on this kind of machine
+(planning, its offset and commit logs, the call into Python), so a live copy waited 37-48 ms
+at p50 (docs/performance.md). With `copy_live`, a thread of the driver copies each new message
+once the stream counts it: a doorbell (replicator.nats.doorbell) wakes it, it reads what lies
+above the target's last copy, and publishes it through the entry's sink as a batch is published
+(recorded in flight, chained, the acks awaited before the next publish). The query still runs,
+once a second (LIVE_TRIGGER): its batches record in Spark's checkpoint how far the source is
+handled, read only what the target lacks, and publish what the live copies did not.
+
+One caller publishes at a time (the sink's `publishing` lock), and what either publishes is
+cut to above the target's last copy, so together they publish each message once, in order. A
+failed publish stops both: the sink raises it to every caller until the query's retry has
+published it again (catch_up), and the live copies stop and start with the query.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from replicator.nats.doorbell import Doorbell, DoorbellRefused, hears_its_own_asks
+from replicator.nats.jetstream import created_us
+from replicator.nats.readers import stream_info
+from replicator.source_reader import SourceReader
+
+if TYPE_CHECKING:
+    from replicator.replication import StreamReplication
+
+# The query's trigger while its entry copies live: its batches only record progress.
+LIVE_TRIGGER = "1 second"
+# The longest wait for a ring before asking the stream anyway: a bell that misses a message
+# (a lost connection, a publish the server makes itself) delays its copy by this at most.
+IDLE_WAIT_S = 0.2
+# How often a stream without a doorbell (its subjects cover our own requests, it is fed by
+# mirroring or sourcing, the subscription was refused) is asked.
+POLL_S = 0.05
+# After a ring, the stream may count the message a moment later (a clustered stream's replicas
+# agree first): asked again after 2, 4, 8... ms, for this long.
+RING_SETTLE_S = 0.1
+RING_RECHECK_S = 0.002
+# A failed read of the source is tried again after this (the query meets the same failure).
+READ_RETRY_S = 1.0
+STOP_WAIT_S = 30.0
+
+
+class _Stop(Exception):
+    """The live copies end, for the reason given; the query goes on."""
+
+
+class LiveCopier:
+    """Copies `r`'s new messages on a thread of its own until stop() or a failure."""
+
+    def __init__(self, r: StreamReplication) -> None:
+        self.r = r
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._bell: Doorbell | None = None
+        self._subjects: list[str] = []
+        self._bell_refused = False
+        self.copied = 0  # messages published live (some may have been cut as the target's)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"live-{self.r.label}", daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> bool:
+        """Stop once the publish in hand has started (its acks come on the sink's loop) and wait
+        for that: False if it did not end within STOP_WAIT_S (a server not answering)."""
+        self._stop.set()
+        if self._thread is None:
+            return True
+        self._thread.join(STOP_WAIT_S)
+        if self._thread.is_alive():
+            self.r.log.warning(
+                "the live copies did not stop within %.0f s (a server not answering?)", STOP_WAIT_S
+            )
+            return False
+        self._thread = None
+        return True
+
+    def _run(self) -> None:
+        self.r.log.info("copying new messages live, beside the query")
+        try:
+            self._copy_until_stopped()
+        except _Stop as e:
+            self.r.log.info("the live copies stopped: %s; the query's batches copy on", e)
+        except Exception as e:  # a failed publish: the query's retry publishes it again
+            self.r.log.info("the live copies stopped: %s", e)
+        finally:
+            if self._bell is not None:
+                bell, self._bell = self._bell, None
+                try:
+                    self.r.loop.run(bell.disarm(), 5)
+                except Exception as e:  # the connection is closing
+                    self.r.log.debug("live copies: doorbell not disarmed: %s", e)
+
+    def _copy_until_stopped(self) -> None:
+        r = self.r
+        assert r.sink is not None
+        start = r.live_start()
+        if start is None:
+            raise _Stop("where the query started is not in its checkpoint's offset log")
+        cursor = start - 1  # never before the query's start (its checkpoint, a configured start)
+        reader = SourceReader(r.reader_options(), r.source_connection, r.source_direct)
+        settle_by = 0.0  # after a ring: ask again until then
+        pause = RING_RECHECK_S
+        while not self._stop.is_set():
+            try:
+                last = self._source_last_seq()
+            except _Stop:
+                raise
+            except Exception as e:
+                r.log.debug("live copies: the source did not answer (%s)", e)
+                self._stop.wait(READ_RETRY_S)
+                continue
+            cursor = max(cursor, r.sink.floor)
+            if last > cursor:
+                end = min(last, cursor + (r.s.batch_max_messages or 10_000)) + 1
+                try:
+                    chunks = self._read(reader, cursor + 1, end)
+                except Exception as e:
+                    r.log.debug("live copies: reading %d-%d failed (%s)", cursor + 1, end - 1, e)
+                    self._stop.wait(READ_RETRY_S)
+                    continue
+                for chunk in chunks:
+                    if self._stop.is_set():
+                        return  # nothing of this chunk is recorded yet
+                    r.copy_ahead(chunk)
+                    self.copied += len(chunk)
+                cursor = end - 1
+                settle_by = 0.0
+                continue
+            now = time.monotonic()
+            if now < settle_by:
+                self._stop.wait(min(pause, settle_by - now))
+                pause *= 2
+                continue
+            if self._wait_for_news():
+                settle_by, pause = time.monotonic() + RING_SETTLE_S, RING_RECHECK_S
+
+    def _source_last_seq(self) -> int:
+        """The source's last sequence; _Stop when it is gone or another stream of its name."""
+        r = self.r
+        info = r.loop.run(stream_info(r.source_connection, r.s.stream), 5)
+        if info is None:
+            raise _Stop(f"source stream {r.s.stream} does not exist")
+        created = created_us(info)
+        if r.source_created_us and created and created != r.source_created_us:
+            raise _Stop(f"source stream {r.s.stream} was created again")  # the query refuses it
+        fed = info.config.mirror is not None or bool(info.config.sources)
+        subjects = list(info.config.subjects or [])
+        self._subjects = [] if fed or hears_its_own_asks(subjects) else subjects
+        return int(info.state.last_seq)
+
+    def _read(self, reader: SourceReader, first: int, end: int) -> Iterator[list[Any]]:
+        async def read() -> list[list[Any]]:
+            return [chunk async for chunk in reader.chunks(first, end)]
+
+        return iter(self.r.loop.run(read(), 60))
+
+    def _wait_for_news(self) -> bool:
+        """Nothing new: wait for a ring (or IDLE_WAIT_S, or POLL_S without a bell). True when
+        it rang, or the bell was armed just now (a message stored before rang nothing)."""
+        r = self.r
+        if self._bell_refused or not self._subjects:
+            self._stop.wait(POLL_S)
+            return False
+        nc = r.source_connection
+        bell = self._bell
+        try:
+            if bell is None or bell.subjects != self._subjects or bell.disconnects_at_arm != nc.disconnects:
+                if bell is not None:
+                    r.loop.run(bell.disarm(), 5)
+                bell = self._bell = Doorbell(self._subjects)
+            if r.loop.run(bell.arm(nc), 10):
+                return True
+        except DoorbellRefused as e:
+            r.log.info("live copies: the server refused a subscription to the stream's subjects (%s); "
+                       "asking the stream every %.0f ms instead", e, POLL_S * 1000)  # fmt: skip
+            self._bell, self._bell_refused = None, True
+            return False
+        except Exception as e:  # the connection is failing: the next ask says so
+            r.log.debug("live copies: doorbell not armed (%s)", e)
+            self._stop.wait(POLL_S)
+            return False
+        return bell.wait(IDLE_WAIT_S) and not self._stop.is_set()

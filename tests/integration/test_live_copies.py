@@ -1,0 +1,157 @@
+"""Copies made live, beside the running query (`copy_live`, replicator.live_copies): every
+message lands once and in order, the query's checkpoint still records how far the source is
+handled, a configured start is kept, a refused copy holds everything after it until the target
+takes it, and a kill -9 among live copies loses nothing. On single servers and on 3-server
+clusters with R3 streams."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from helpers import (
+    SLOW_S,
+    checkpoints_in,
+    copied_source_sequences,
+    create_stream,
+    publish,
+    registration,
+    run,
+    start_replicator,
+    update_stream,
+    wait_for,
+    wait_handled,
+    write_config,
+)
+from nats.js.api import StreamConfig
+from nats_servers import NatsCluster
+
+from harness.faultproxy import FaultProxy
+from harness.streams import count_messages as count
+from replicator.spark.checkpoint import committed_end, open_checkpoint
+
+pytestmark = pytest.mark.integration
+
+LIVE = "copying new messages live, beside the query"
+
+
+def _trickle(url: str, first: int, n: int, rounds: int, big: int = -1) -> None:
+    """Messages first..first+n-1 of subjects orders.<i % 13>, in `rounds` publishes a tenth of
+    a second apart (message `big` is 20 KB)."""
+    per = max(1, n // rounds)
+    for start in range(first, first + n, per):
+        run(publish(url, [(f"orders.{i % 13}", registration(i, 20_000 if i == big else 500), None)
+                          for i in range(start, min(first + n, start + per))]))  # fmt: skip
+        time.sleep(0.1)
+
+
+def _entry(src: str, dst: str, **more: object) -> dict[str, object]:
+    return {"stream": "ORDERS", "source_url": src, "target_url": dst, "copy_live": True, **more}
+
+
+def test_a_trickle_is_copied_live_once_in_order_and_the_checkpoint_follows(
+    source_like_target: NatsCluster, target_of_each_kind: tuple[NatsCluster, int], tmp_path: Path
+) -> None:
+    target, r = target_of_each_kind
+    src, dst = source_like_target.url, target.url
+    run(create_stream(src, "ORDERS", ["orders.>"], num_replicas=r))
+    run(publish(src, [(f"orders.{i % 13}", registration(i, 500), None) for i in range(2_000)]))
+    # A second entry copies one subject from sequence 1,500 on: live copies keep its start.
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+        _entry(src, dst),
+        _entry(src, dst, name="one", filter_subject="orders.1", start_sequence=1_500, target_stream="ONE",
+               target_subject_prefix="one"),
+    ])  # fmt: skip
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_for(lambda: rep.output(10**9).count(LIVE) == 2, SLOW_S, "both entries copying live", rep)
+        _trickle(src, 2_000, 600, rounds=30)
+        wait_handled(rep, src, "ORDERS")
+        one = [q for q in range(1_500, 2_601) if (q - 1) % 13 == 1]
+        wait_for(lambda: run(count(dst, "ONE")) >= len(one), SLOW_S, "the filtered entry's copies", rep)
+        # The query's batches record what was copied live (once a second).
+        ckpts = {p.parent.name: p for p in checkpoints_in(tmp_path / "state")}
+        assert len(ckpts) == 2, ckpts
+        wait_for(
+            lambda: all(committed_end(open_checkpoint(str(p), None)) == 2_601 for p in ckpts.values()),
+            SLOW_S, "the checkpoints to record the last message", rep,
+        )  # fmt: skip
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert copied_source_sequences(dst, "ORDERS") == list(range(1, 2_601)), "each once, in order"
+    assert copied_source_sequences(dst, "ONE") == one
+    log = rep.output(10**9)
+    assert "Traceback" not in log and "live copies stopped" not in log, log
+
+
+def test_a_copy_refused_while_copying_live_holds_the_rest_until_the_target_takes_it(
+    source_like_target: NatsCluster, target_of_each_kind: tuple[NatsCluster, int], tmp_path: Path
+) -> None:
+    target, r = target_of_each_kind
+    src, dst = source_like_target.url, target.url
+    run(create_stream(src, "ORDERS", ["orders.>"], num_replicas=r))
+    run(publish(src, [(f"orders.{i % 13}", registration(i, 500), None) for i in range(1_000)]))
+    small = StreamConfig(
+        name="ORDERS", subjects=["orders.>"], max_msg_size=8192, allow_direct=True, num_replicas=r
+    )
+    run(create_stream(dst, "ORDERS", ["orders.>"], max_msg_size=8192, num_replicas=r))
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [_entry(src, dst)])
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_for(lambda: LIVE in rep.output(), SLOW_S, "copying live", rep)
+        wait_for(lambda: run(count(dst, "ORDERS")) == 1_000, SLOW_S, "the backlog's copies", rep)
+        # Live messages 1,001-1,400; 1,201 is 20 KB, above what the target takes.
+        _trickle(src, 1_000, 400, rounds=20, big=1_200)
+        wait_for(lambda: "source sequence 1201 is" in rep.output(), SLOW_S, "the refusal logged", rep)
+        time.sleep(2)  # the query's batches and the live copies' retries meanwhile
+        assert copied_source_sequences(dst, "ORDERS") == list(range(1, 1_201)), (
+            "nothing after the refused copy"
+        )
+        # The operator raises the limit; the next retry goes on from the refused message.
+        run(update_stream(dst, StreamConfig(**{**small.as_dict(), "max_msg_size": 65536})))  # type: ignore[arg-type]
+        wait_handled(rep, src, "ORDERS")
+        _trickle(src, 1_400, 100, rounds=5)  # and the live copies start again with the query
+        wait_handled(rep, src, "ORDERS")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert copied_source_sequences(dst, "ORDERS") == list(range(1, 1_501)), "each once, in order"
+    assert rep.output(10**9).count(LIVE) >= 2, "the live copies started again after the retry"
+
+
+@pytest.mark.parametrize("servers", [1, 3], ids=["single", "r3"])
+def test_a_kill_9_among_live_copies_then_a_restart_gives_an_exact_copy(tmp_path: Path, servers: int) -> None:
+    from nats_servers import nats_cluster
+
+    with nats_cluster(servers, "source") as source, nats_cluster(servers, "target") as target:
+        src, dst = source.url, target.url
+        run(create_stream(src, "ORDERS", ["orders.>"], num_replicas=servers))
+        run(create_stream(dst, "ORDERS", ["orders.>"], num_replicas=servers))
+        run(publish(src, [(f"orders.{i % 13}", registration(i, 500), None) for i in range(500)]))
+        # The replicator reaches the target through a proxy: stalled, it holds live copies sent
+        # and not yet stored, so the kill falls among them.
+        with FaultProxy(target.servers[0].port) as link:
+            cfg = write_config(tmp_path / "sr.yaml", "dc1", [_entry(src, link.url)])
+            rep = start_replicator(cfg)
+            rep.wait_ready(SLOW_S)
+            wait_for(lambda: LIVE in rep.output(), SLOW_S, "copying live", rep)
+            wait_for(lambda: run(count(dst, "ORDERS")) == 500, SLOW_S, "the backlog's copies", rep)
+            link.stall()
+            _trickle(src, 500, 300, rounds=10)
+            rep.kill9()
+            link.cut()
+            assert run(count(dst, "ORDERS")) < 800
+            link.restore()
+            _trickle(src, 800, 200, rounds=4)  # more while it is down
+            rep = start_replicator(cfg)
+            try:
+                rep.wait_ready(SLOW_S)
+                wait_handled(rep, src, "ORDERS")
+                _trickle(src, 1_000, 200, rounds=4)  # and live again after the restart
+                wait_handled(rep, src, "ORDERS")
+            finally:
+                assert rep.stop() == 0, rep.output()
+        assert copied_source_sequences(dst, "ORDERS") == list(range(1, 1_201)), "each once, in order"
+        assert "left in flight" in rep.output(10**9), "the kill fell among live copies in flight"
