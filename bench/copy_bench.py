@@ -197,6 +197,8 @@ def main() -> None:
     ap.add_argument(
         "--r3", action="store_true", help="also copy between two 3-server clusters with R3 streams"
     )
+    ap.add_argument("--entry", action="append", default=[], metavar="KEY=VALUE",
+                    help="a key of ours' stream entry, its value as YAML (e.g. copy_live=true)")  # fmt: skip
     ap.add_argument("--out", default="reports/bench.json")
     args = ap.parse_args()
     n, results = args.messages, []
@@ -253,6 +255,7 @@ def main() -> None:
         r: int, rtt_ms: float = 0, via_proxy: bool = False, servers: int = 1
     ) -> dict[str, Any]:
         extra = {"batch_max_messages": args.batch_max_messages} if args.batch_max_messages else {}
+        extra.update({k: yaml.safe_load(v) for k, v in (e.split("=", 1) for e in args.entry)})
         name = f"sr-{r}-{rtt_ms:.0f}{'-proxy' if via_proxy else ''}-{servers}"
         return copier_round(
             "stream-replicator (Spark local[*])",

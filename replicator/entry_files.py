@@ -51,6 +51,10 @@ def inflight_path(cfg: Config, s: StreamConfig) -> Path:
     return entry_dir(cfg, s) / "inflight.json"
 
 
+def live_mark_path(cfg: Config, s: StreamConfig) -> Path:
+    return entry_dir(cfg, s) / "live-copied.json"
+
+
 def stopping_path(cfg: Config, s: StreamConfig) -> Path:
     return entry_dir(cfg, s) / "stopping"
 

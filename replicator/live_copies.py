@@ -12,19 +12,25 @@ handled, read only what the target lacks, and publish what the live copies did n
 One caller publishes at a time (the sink's `publishing` lock), and what either publishes is
 cut to above the target's last copy, so together they publish each message once, in order. A
 failed publish stops both: the sink raises it to every caller until the query's retry has
-published it again (catch_up), and the live copies stop and start with the query.
+published it again (catch_up), and the live copies stop and start with the query. They end only
+with the query, or reported to the runner, which starts both again. How far they reached is
+kept beside the checkpoint for the next start (replicator.live_mark).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from replicator.entry_files import live_mark_path
+from replicator.live_mark import write_live_mark
+from replicator.nats.client import ReplicatorClient
+from replicator.nats.connect import open_connection
 from replicator.nats.doorbell import Doorbell, DoorbellRefused, hears_its_own_asks
 from replicator.nats.jetstream import created_us
-from replicator.nats.readers import stream_info
+from replicator.nats.readers import RawMessage, stream_info
 from replicator.source_reader import SourceReader
 
 if TYPE_CHECKING:
@@ -33,8 +39,9 @@ if TYPE_CHECKING:
 # The query's trigger while its entry copies live: its batches only record progress.
 LIVE_TRIGGER = "1 second"
 # The longest wait for a ring before asking the stream anyway: a bell that misses a message
-# (a lost connection, a publish the server makes itself) delays its copy by this at most.
-IDLE_WAIT_S = 0.2
+# (a publish the server makes itself, say) delays its copy by this at most, as long as the
+# query's next batch would.
+IDLE_WAIT_S = 1.0
 # How often a stream without a doorbell (its subjects cover our own requests, it is fed by
 # mirroring or sourcing, the subscription was refused) is asked.
 POLL_S = 0.05
@@ -45,23 +52,30 @@ RING_RECHECK_S = 0.002
 # A failed read of the source is tried again after this (the query meets the same failure).
 READ_RETRY_S = 1.0
 STOP_WAIT_S = 30.0
+# The live mark (replicator.live_mark) is written at most this often while copying.
+MARK_EVERY_S = 0.2
 
 
 class _Stop(Exception):
-    """The live copies end, for the reason given; the query goes on."""
+    """The live copies end, for the reason given."""
 
 
 class LiveCopier:
-    """Copies `r`'s new messages on a thread of its own until stop() or a failure."""
+    """Copies `r`'s new messages on a thread of its own until stop() or a failure (then
+    `ended` holds it, for the runner: replicator.replication.query_state)."""
 
     def __init__(self, r: StreamReplication) -> None:
         self.r = r
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._nc: ReplicatorClient | None = None
         self._bell: Doorbell | None = None
         self._subjects: list[str] = []
         self._bell_refused = False
+        self._marked = 0  # the floor last written to the live mark
+        self._marked_at = 0.0
         self.copied = 0  # messages published live (some may have been cut as the target's)
+        self.ended: BaseException | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"live-{self.r.label}", daemon=True)
@@ -72,8 +86,8 @@ class LiveCopier:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> bool:
-        """Stop once the publish in hand has started (its acks come on the sink's loop) and wait
-        for that: False if it did not end within STOP_WAIT_S (a server not answering)."""
+        """Stop after the publish in hand has started (its acks come on the sink's loop), and
+        wait for that: False if it did not end within STOP_WAIT_S (a server not answering)."""
         self._stop.set()
         if self._thread is None:
             return True
@@ -87,20 +101,46 @@ class LiveCopier:
         return True
 
     def _run(self) -> None:
-        self.r.log.info("copying new messages live, beside the query")
+        r = self.r
+        r.log.info("copying new messages live, beside the query")
         try:
             self._copy_until_stopped()
-        except _Stop as e:
-            self.r.log.info("the live copies stopped: %s; the query's batches copy on", e)
-        except Exception as e:  # a failed publish: the query's retry publishes it again
-            self.r.log.info("the live copies stopped: %s", e)
+        except Exception as e:  # reported: the runner starts the query (and these) again
+            if not self._stop.is_set():
+                self.ended = e
+                r.log.info("the live copies stopped: %s", e)
         finally:
-            if self._bell is not None:
-                bell, self._bell = self._bell, None
-                try:
-                    self.r.loop.run(bell.disarm(), 5)
-                except Exception as e:  # the connection is closing
-                    self.r.log.debug("live copies: doorbell not disarmed: %s", e)
+            self._settle()
+            r.log.info("copied %d messages live", self.copied)
+
+    def _settle(self) -> None:
+        """The last publish's acks (a few seconds at most), the mark, the bell, the connection."""
+        r = self.r
+        assert r.sink is not None
+        with contextlib.suppress(Exception):  # its failure is the sink's to report
+            r.sink.wait_published(5)
+        self._note_progress(force=True)
+        nc, self._nc = self._nc, None
+        if nc is not None:
+            try:
+                r.loop.run(nc.close(), 5)  # its doorbell's subscriptions go with it
+            except Exception as e:
+                r.log.debug("live copies: closing their connection: %s", e)
+
+    def _note_progress(self, force: bool = False) -> None:
+        """Write the live mark (replicator.live_mark) when the target's acknowledged copies
+        moved on, at most every MARK_EVERY_S unless `force`."""
+        r = self.r
+        assert r.sink is not None
+        floor, now = r.sink.floor, time.monotonic()
+        if floor <= self._marked or (not force and now - self._marked_at < MARK_EVERY_S):
+            return
+        try:
+            write_live_mark(live_mark_path(r.cfg, r.s), floor, r.source_created_us)
+        except OSError as e:
+            r.log.warning("the live copies' mark was not written (%s)", e)
+            return
+        self._marked, self._marked_at = floor, now
 
     def _copy_until_stopped(self) -> None:
         r = self.r
@@ -109,10 +149,12 @@ class LiveCopier:
         if start is None:
             raise _Stop("where the query started is not in its checkpoint's offset log")
         cursor = start - 1  # never before the query's start (its checkpoint, a configured start)
-        reader = SourceReader(r.reader_options(), r.source_connection, r.source_direct)
+        self._nc = r.loop.run(open_connection(r.s.source_url, r.s.source_tls, name=f"sr-live-{r.s.name}"), 60)
+        reader = SourceReader(r.reader_options(), self._nc, r.source_direct)
         settle_by = 0.0  # after a ring: ask again until then
         pause = RING_RECHECK_S
         while not self._stop.is_set():
+            self._note_progress()
             try:
                 last = self._source_last_seq()
             except _Stop:
@@ -124,17 +166,9 @@ class LiveCopier:
             cursor = max(cursor, r.sink.floor)
             if last > cursor:
                 end = min(last, cursor + (r.s.batch_max_messages or 10_000)) + 1
-                try:
-                    chunks = self._read(reader, cursor + 1, end)
-                except Exception as e:
-                    r.log.debug("live copies: reading %d-%d failed (%s)", cursor + 1, end - 1, e)
+                if not self._copy(reader, cursor + 1, end):
                     self._stop.wait(READ_RETRY_S)
                     continue
-                for chunk in chunks:
-                    if self._stop.is_set():
-                        return  # nothing of this chunk is recorded yet
-                    r.copy_ahead(chunk)
-                    self.copied += len(chunk)
                 cursor = end - 1
                 settle_by = 0.0
                 continue
@@ -149,31 +183,68 @@ class LiveCopier:
     def _source_last_seq(self) -> int:
         """The source's last sequence; _Stop when it is gone or another stream of its name."""
         r = self.r
-        info = r.loop.run(stream_info(r.source_connection, r.s.stream), 5)
+        assert self._nc is not None
+        info = r.loop.run(stream_info(self._nc, r.s.stream), 5)
         if info is None:
             raise _Stop(f"source stream {r.s.stream} does not exist")
         created = created_us(info)
         if r.source_created_us and created and created != r.source_created_us:
-            raise _Stop(f"source stream {r.s.stream} was created again")  # the query refuses it
+            raise _Stop(f"source stream {r.s.stream} was created again")  # the start refuses it
         fed = info.config.mirror is not None or bool(info.config.sources)
-        subjects = list(info.config.subjects or [])
+        # The entry's filter, else the stream's subjects: a ring for a message it does not copy
+        # would only ask the stream again.
+        subjects = [r.s.filter_subject] if r.s.filter_subject else list(info.config.subjects or [])
         self._subjects = [] if fed or hears_its_own_asks(subjects) else subjects
         return int(info.state.last_seq)
 
-    def _read(self, reader: SourceReader, first: int, end: int) -> Iterator[list[Any]]:
-        async def read() -> list[list[Any]]:
-            return [chunk async for chunk in reader.chunks(first, end)]
+    def _copy(self, reader: SourceReader, first: int, end: int) -> bool:
+        """Publish first <= seq < end a chunk at a time, each read while the one before is
+        published: True when done (or stopped), False when a read failed (a publish's failure
+        raises)."""
+        r = self.r
+        chunks = reader.chunks(first, end)
 
-        return iter(self.r.loop.run(read(), 60))
+        async def next_chunk() -> list[RawMessage] | None:
+            return await anext(chunks, None)
+
+        try:
+            while not self._stop.is_set():
+                try:
+                    chunk = r.loop.run(next_chunk(), 60)
+                except Exception as e:
+                    r.log.debug("live copies: reading %d-%d failed (%s)", first, end - 1, e)
+                    return False
+                if chunk is None or not self._acks_in():
+                    return True  # done, or stopped: nothing of this chunk is recorded yet
+                r.copy_ahead(chunk)
+                self.copied += len(chunk)
+            return True
+        finally:
+            try:
+                r.loop.run(chunks.aclose(), 10)  # a consumer the read made is deleted
+            except Exception as e:
+                r.log.debug("live copies: closing a read: %s", e)
+
+    def _acks_in(self) -> bool:
+        """Wait for the last publish's acks (a failure raises) without holding the sink's lock,
+        so that a stop is not kept waiting: False when stopped meanwhile."""
+        assert self.r.sink is not None
+        while not self._stop.is_set():
+            try:
+                self.r.sink.wait_published(0.1)
+                return True
+            except TimeoutError:
+                continue
+        return False
 
     def _wait_for_news(self) -> bool:
         """Nothing new: wait for a ring (or IDLE_WAIT_S, or POLL_S without a bell). True when
         it rang, or the bell was armed just now (a message stored before rang nothing)."""
         r = self.r
-        if self._bell_refused or not self._subjects:
+        nc = self._nc
+        if self._bell_refused or not self._subjects or nc is None:
             self._stop.wait(POLL_S)
             return False
-        nc = r.source_connection
         bell = self._bell
         try:
             if bell is None or bell.subjects != self._subjects or bell.disconnects_at_arm != nc.disconnects:
@@ -183,8 +254,8 @@ class LiveCopier:
             if r.loop.run(bell.arm(nc), 10):
                 return True
         except DoorbellRefused as e:
-            r.log.info("live copies: the server refused a subscription to the stream's subjects (%s); "
-                       "asking the stream every %.0f ms instead", e, POLL_S * 1000)  # fmt: skip
+            r.log.info("live copies: the server refused a subscription to %s (%s); asking the stream every "
+                       "%.0f ms instead", ", ".join(self._subjects), e, POLL_S * 1000)  # fmt: skip
             self._bell, self._bell_refused = None, True
             return False
         except Exception as e:  # the connection is failing: the next ask says so

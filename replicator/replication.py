@@ -27,12 +27,14 @@ from replicator.entry_files import (
     entry_dir,
     inflight_path,
     lease_path,
+    live_mark_path,
     stopping_path,
 )
 from replicator.gap_fill import GapFill
 from replicator.head_start import ahead_range
 from replicator.headers import CopyOwner
 from replicator.live_copies import LIVE_TRIGGER, LiveCopier
+from replicator.live_mark import read_live_mark
 from replicator.logs import stream_logger
 from replicator.metrics import metrics
 from replicator.nats.connect import ConnectError, open_connection
@@ -99,6 +101,8 @@ class QueryState(enum.Enum):
     FAILED = "ended by a failed batch, or stopped"
     # A batch Spark already committed could not be published (its in-flight record holds it).
     PUBLISH_FAILED = "publishing a committed batch failed"
+    # The live copies beside the query ended on their own (replicator.live_copies).
+    LIVE_FAILED = "the live copies stopped"
 
 
 class StreamReplication:
@@ -182,6 +186,13 @@ class StreamReplication:
                 info.state.last_seq,
             )
             floor = 0
+        if s.order == "stream" and not s.sampling and not s.leader_election_name:
+            # The last run's live copies may have gone further than the tail shows (another
+            # writer's messages since, the target's limits): never publish at or below them.
+            mark = read_live_mark(live_mark_path(self.cfg, s), created_us(info))
+            if floor < mark <= info.state.last_seq:
+                self.log.info("the last run's live copies reached source sequence %d", mark)
+                floor = mark
         if floor and s.order == "subject":
             # Lanes publish side by side: the target's last copy says nothing of the other
             # lanes. The checkpoint says where to resume; Nats-Msg-Id drops what is there.
@@ -342,19 +353,26 @@ class StreamReplication:
         """Publish what an earlier run left in flight (see replicator.spark.inflight) before the
         query resumes after it."""
         assert self.sink is not None, "prepare() first"
-        with self.sink.publishing:  # live copies that did not stop in time wait (stop_live)
+        # Live copies that did not stop in time (stop_live) may be publishing: after them.
+        if not self.sink.publishing.acquire(timeout=self.sink.settings.ack_timeout):
+            raise RuntimeError(
+                f"the batch in flight is still being published after {self.sink.settings.ack_timeout:.0f} s"
+            )
+        try:
             self._catch_up()
+        finally:
+            self.sink.publishing.release()
 
     def _catch_up(self) -> None:
         assert self.sink is not None
         try:
             self.sink.wait_published(self.sink.settings.ack_timeout)  # a publish still running settles first
-        except TimeoutError:
-            # Still publishing: what it left in flight is not known yet (tried again later).
-            raise RuntimeError(
-                f"the batch in flight is still being published after {self.sink.settings.ack_timeout:.0f} s"
-            ) from None
         except Exception as e:
+            if isinstance(e, TimeoutError) and self.sink.still_publishing():
+                # Still publishing: what it left in flight is not known yet (tried again later).
+                raise RuntimeError(
+                    f"the batch in flight is still being published after {self.sink.settings.ack_timeout:.0f} s"
+                ) from None
             self.log.info("the batch in flight failed (%s); publishing it again", e)
         # Nothing else publishes now (no query, no live copies): what follows settles it, or
         # raises and leaves its record for the next try.
@@ -501,6 +519,8 @@ class StreamReplication:
         published = self.sink.publish_failed() if self.sink is not None else None
         if published is not None:
             return QueryState.PUBLISH_FAILED, published
+        if self.live is not None and self.live.ended is not None:
+            return QueryState.LIVE_FAILED, self.live.ended
         return QueryState.RUNNING, None
 
     def query_active(self) -> bool:

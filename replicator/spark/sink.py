@@ -345,19 +345,18 @@ class OrderedSink:
         and its publishing started, so Spark reads the next batch while this one is published;
         the previous batch must have been fully acknowledged first (or this batch fails)."""
         started = time.monotonic()
-        with self.publishing:
-            # Copied live, most of a batch is in the target already: not read again. The floor
-            # may move on meanwhile (the last publish's acks): select() drops what it passed.
-            above = self.floor if self.reads_above_floor else 0
-            table = self.small_batches(batch_id, above) if self.small_batches is not None else None
-            if table is None:
-                table = batch_df.toArrow()
-            else:
-                self.labels.of(metrics().driver_read_batches).inc()
-            collected = time.monotonic()
-            if table.num_rows == 0 and not self.leading():
-                return  # a standby's query (replaying a batch at start) reads nothing: nothing to do
-            result = self.publish_rows(table, started)
+        # Copied live, most of a batch is in the target already: not read again. The floor
+        # may move on meanwhile (the last publish's acks): select() drops what it passed.
+        above = self.floor if self.reads_above_floor else 0
+        table = self.small_batches(batch_id, above) if self.small_batches is not None else None
+        if table is None:
+            table = batch_df.toArrow()
+        else:
+            self.labels.of(metrics().driver_read_batches).inc()
+        collected = time.monotonic()
+        if table.num_rows == 0 and not self.leading():
+            return  # a standby's query (replaying a batch at start) reads nothing: nothing to do
+        result = self.publish_rows(table, started)
         self.log.debug(
             "batch %d: %d rows, collect %.3fs, then %.3fs",
             batch_id,
@@ -423,6 +422,10 @@ class OrderedSink:
             self._pending, self._failed = None, e  # its in-flight record stays
             raise
         self._pending = None
+
+    def still_publishing(self) -> bool:
+        """Whether a background publish has not ended yet."""
+        return self._pending is not None and not self._pending.done()
 
     def failure_settled(self) -> None:
         """What the failed batch left in flight is published again (catch_up): publishing may

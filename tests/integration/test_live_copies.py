@@ -6,6 +6,7 @@ clusters with R3 streams."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from helpers import (
     registration,
     run,
     start_replicator,
+    stored_on,
     update_stream,
     wait_for,
     wait_handled,
@@ -50,6 +52,12 @@ def _entry(src: str, dst: str, **more: object) -> dict[str, object]:
     return {"stream": "ORDERS", "source_url": src, "target_url": dst, "copy_live": True, **more}
 
 
+def _copied_live(log: str, entry: str = "ORDERS/dc1") -> int:
+    """How many messages the entry's live copies published, as their last line says."""
+    found = re.findall(rf"{entry}: copied (\d+) messages live", log)
+    return sum(int(n) for n in found)
+
+
 def test_a_trickle_is_copied_live_once_in_order_and_the_checkpoint_follows(
     source_like_target: NatsCluster, target_of_each_kind: tuple[NatsCluster, int], tmp_path: Path
 ) -> None:
@@ -57,10 +65,11 @@ def test_a_trickle_is_copied_live_once_in_order_and_the_checkpoint_follows(
     src, dst = source_like_target.url, target.url
     run(create_stream(src, "ORDERS", ["orders.>"], num_replicas=r))
     run(publish(src, [(f"orders.{i % 13}", registration(i, 500), None) for i in range(2_000)]))
-    # A second entry copies one subject from sequence 1,500 on: live copies keep its start.
+    # A second entry copies one subject from sequence 2,300 on, beyond the source's end as it
+    # starts: nothing is copied ahead for it, and its live copies must begin there, not at 1.
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [
         _entry(src, dst),
-        _entry(src, dst, name="one", filter_subject="orders.1", start_sequence=1_500, target_stream="ONE",
+        _entry(src, dst, name="one", filter_subject="orders.1", start_sequence=2_300, target_stream="ONE",
                target_subject_prefix="one"),
     ])  # fmt: skip
     rep = start_replicator(cfg)
@@ -69,7 +78,7 @@ def test_a_trickle_is_copied_live_once_in_order_and_the_checkpoint_follows(
         wait_for(lambda: rep.output(10**9).count(LIVE) == 2, SLOW_S, "both entries copying live", rep)
         _trickle(src, 2_000, 600, rounds=30)
         wait_handled(rep, src, "ORDERS")
-        one = [q for q in range(1_500, 2_601) if (q - 1) % 13 == 1]
+        one = [q for q in range(2_300, 2_601) if (q - 1) % 13 == 1]
         wait_for(lambda: run(count(dst, "ONE")) >= len(one), SLOW_S, "the filtered entry's copies", rep)
         # The query's batches record what was copied live (once a second).
         ckpts = {p.parent.name: p for p in checkpoints_in(tmp_path / "state")}
@@ -84,6 +93,8 @@ def test_a_trickle_is_copied_live_once_in_order_and_the_checkpoint_follows(
     assert copied_source_sequences(dst, "ONE") == one
     log = rep.output(10**9)
     assert "Traceback" not in log and "live copies stopped" not in log, log
+    # The live copies made the trickle's copies, not the query's batches.
+    assert _copied_live(log) >= 600 and _copied_live(log, "ORDERS/one") >= len(one), log
 
 
 def test_a_copy_refused_while_copying_live_holds_the_rest_until_the_target_takes_it(
@@ -118,7 +129,9 @@ def test_a_copy_refused_while_copying_live_holds_the_rest_until_the_target_takes
     finally:
         assert rep.stop() == 0, rep.output()
     assert copied_source_sequences(dst, "ORDERS") == list(range(1, 1_501)), "each once, in order"
-    assert rep.output(10**9).count(LIVE) >= 2, "the live copies started again after the retry"
+    log = rep.output(10**9)
+    assert _copied_live(log) >= 200, "the copies up to the refused one were made live"
+    assert log.count(LIVE) >= 2, "the live copies started again after the retry"
 
 
 @pytest.mark.parametrize("servers", [1, 3], ids=["single", "r3"])
@@ -155,3 +168,40 @@ def test_a_kill_9_among_live_copies_then_a_restart_gives_an_exact_copy(tmp_path:
                 assert rep.stop() == 0, rep.output()
         assert copied_source_sequences(dst, "ORDERS") == list(range(1, 1_201)), "each once, in order"
         assert "left in flight" in rep.output(10**9), "the kill fell among live copies in flight"
+
+
+def test_a_restart_after_live_copies_the_target_no_longer_shows_publishes_none_again(
+    source_server: NatsCluster, nats_server: NatsCluster, tmp_path: Path
+) -> None:
+    """Copied live, the target runs ahead of Spark's checkpoint. A start finds our last copy in
+    the target's tail, but not once another writer has stored 10,000 messages after it; past
+    the target's duplicate window, resuming from the checkpoint would store copies again."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "ORDERS", ["orders.>"]))
+    run(create_stream(dst, "ORDERS", ["orders.>", "other.>"], duplicate_window=1.0))
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [_entry(src, dst)])
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_for(lambda: LIVE in rep.output(), SLOW_S, "copying live", rep)
+        # 30,000 at once: copied live in a second or two, recorded by the query 10,000 a second.
+        run(publish(src, [(f"orders.{i % 13}", registration(i, 200), None) for i in range(30_000)]))
+        wait_for(lambda: run(stored_on(dst, "ORDERS", "orders.>")) >= 30_000, SLOW_S, "the live copies", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    [ckpt] = checkpoints_in(tmp_path / "state")
+    recorded = committed_end(open_checkpoint(str(ckpt), None)) or 0
+    assert recorded < 30_001, "the checkpoint had caught up with the target: nothing here was tested"
+    # Another writer buries our last copy; the duplicate window passes.
+    run(publish(dst, [(f"other.{i}", b"theirs", None) for i in range(10_001)]))
+    time.sleep(1.5)
+    run(publish(src, [(f"orders.{i % 13}", registration(i, 200), None) for i in range(30_000, 30_100)]))
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_handled(rep, src, "ORDERS")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    ours = [seq for seq in copied_source_sequences(dst, "ORDERS") if seq > 0]  # -1: theirs
+    assert ours == list(range(1, 30_101)), f"{len(ours) - 30_100} copies stored again"
+    assert "the last run's live copies reached source sequence 30000" in rep.output(10**9)
