@@ -24,8 +24,6 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from replicator.entry_files import live_mark_path
-from replicator.live_mark import write_live_mark
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.connect import open_connection
 from replicator.nats.doorbell import Doorbell, DoorbellRefused, hears_its_own_asks
@@ -51,7 +49,12 @@ RING_SETTLE_S = 0.1
 RING_RECHECK_S = 0.002
 # A failed read of the source is tried again after this (the query meets the same failure).
 READ_RETRY_S = 1.0
-STOP_WAIT_S = 30.0
+# How long a stop waits for the thread: it stops at its next step (a read or a connect in hand
+# ends within its own bound); one left running cannot publish past the sink's lock and floor.
+STOP_WAIT_S = 5.0
+# The live copies, stopped by something else than a publish, start again after this, doubling.
+RESTART_FIRST_S = 1.0
+RESTART_MAX_S = 30.0
 # The live mark (replicator.live_mark) is written at most this often while copying.
 MARK_EVERY_S = 0.2
 
@@ -61,8 +64,8 @@ class _Stop(Exception):
 
 
 class LiveCopier:
-    """Copies `r`'s new messages on a thread of its own until stop() or a failure (then
-    `ended` holds it, for the runner: replicator.replication.query_state)."""
+    """Copies `r`'s new messages on a thread of its own until stop(); a failure other than a
+    publish's (the sink reports those) starts them again after a backoff."""
 
     def __init__(self, r: StreamReplication) -> None:
         self.r = r
@@ -74,8 +77,8 @@ class LiveCopier:
         self._bell_refused = False
         self._marked = 0  # the floor last written to the live mark
         self._marked_at = 0.0
-        self.copied = 0  # messages published live (some may have been cut as the target's)
-        self.ended: BaseException | None = None
+        self._mark_failed = False
+        self.copied = 0  # messages published live (cut to above the target's copies)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"live-{self.r.label}", daemon=True)
@@ -103,24 +106,39 @@ class LiveCopier:
     def _run(self) -> None:
         r = self.r
         r.log.info("copying new messages live, beside the query")
+        backoff = RESTART_FIRST_S
         try:
-            self._copy_until_stopped()
-        except Exception as e:  # reported: the runner starts the query (and these) again
-            if not self._stop.is_set():
-                self.ended = e
-                r.log.info("the live copies stopped: %s", e)
+            while not self._stop.is_set():
+                try:
+                    self._copy_until_stopped()
+                except _Stop as e:  # the query meets the same, and reports it its way
+                    r.log.info("the live copies stopped: %s; the query's batches copy on", e)
+                    return
+                except Exception as e:
+                    if self._stop.is_set():
+                        return
+                    # A failed publish is the sink's to report (the runner starts the query and
+                    # these again); anything else is tried again, the query copying meanwhile.
+                    r.log.warning("the live copies stopped (%s); starting them again in %.0f s", e, backoff)
+                    self._close_connection()
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, RESTART_MAX_S)
         finally:
             self._settle()
             r.log.info("copied %d messages live", self.copied)
 
     def _settle(self) -> None:
-        """The last publish's acks (a few seconds at most), the mark, the bell, the connection."""
+        """The last publish's acks (a few seconds at most), the mark, the connection."""
         r = self.r
         assert r.sink is not None
         with contextlib.suppress(Exception):  # its failure is the sink's to report
             r.sink.wait_published(5)
         self._note_progress(force=True)
-        nc, self._nc = self._nc, None
+        self._close_connection()
+
+    def _close_connection(self) -> None:
+        r = self.r
+        nc, self._nc, self._bell = self._nc, None, None
         if nc is not None:
             try:
                 r.loop.run(nc.close(), 5)  # its doorbell's subscriptions go with it
@@ -132,22 +150,25 @@ class LiveCopier:
         moved on, at most every MARK_EVERY_S unless `force`."""
         r = self.r
         assert r.sink is not None
-        floor, now = r.sink.floor, time.monotonic()
-        if floor <= self._marked or (not force and now - self._marked_at < MARK_EVERY_S):
+        now = time.monotonic()
+        if r.sink.floor <= self._marked or (not force and now - self._marked_at < MARK_EVERY_S):
             return
         try:
-            write_live_mark(live_mark_path(r.cfg, r.s), floor, r.source_created_us)
+            self._marked = max(self._marked, r.note_live_progress())
         except OSError as e:
-            r.log.warning("the live copies' mark was not written (%s)", e)
+            if not self._mark_failed:
+                r.log.warning("the live copies' mark was not written (%s); a start resumes after the "
+                              "target's last copy and the checkpoint only", e)  # fmt: skip
+            self._mark_failed = True
             return
-        self._marked, self._marked_at = floor, now
+        self._marked_at, self._mark_failed = now, False
 
     def _copy_until_stopped(self) -> None:
         r = self.r
         assert r.sink is not None
         start = r.live_start()
         if start is None:
-            raise _Stop("where the query started is not in its checkpoint's offset log")
+            raise _Stop("where the query started is not in its checkpoint's offset log (an older version's)")
         cursor = start - 1  # never before the query's start (its checkpoint, a configured start)
         self._nc = r.loop.run(open_connection(r.s.source_url, r.s.source_tls, name=f"sr-live-{r.s.name}"), 60)
         reader = SourceReader(r.reader_options(), self._nc, r.source_direct)
@@ -160,6 +181,8 @@ class LiveCopier:
             except _Stop:
                 raise
             except Exception as e:
+                if self._nc is None or self._nc.is_closed:
+                    raise  # a new connection (see _run)
                 r.log.debug("live copies: the source did not answer (%s)", e)
                 self._stop.wait(READ_RETRY_S)
                 continue
@@ -216,8 +239,8 @@ class LiveCopier:
                     return False
                 if chunk is None or not self._acks_in():
                     return True  # done, or stopped: nothing of this chunk is recorded yet
-                r.copy_ahead(chunk)
-                self.copied += len(chunk)
+                self.copied += r.copy_ahead(chunk).copied
+                self._note_progress()
             return True
         finally:
             try:
@@ -257,7 +280,7 @@ class LiveCopier:
             r.log.info("live copies: the server refused a subscription to %s (%s); asking the stream every "
                        "%.0f ms instead", ", ".join(self._subjects), e, POLL_S * 1000)  # fmt: skip
             self._bell, self._bell_refused = None, True
-            return False
+            raise  # a limit's refusal closes the connection: a new one, without a bell
         except Exception as e:  # the connection is failing: the next ask says so
             r.log.debug("live copies: doorbell not armed (%s)", e)
             self._stop.wait(POLL_S)

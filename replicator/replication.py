@@ -34,7 +34,7 @@ from replicator.gap_fill import GapFill
 from replicator.head_start import ahead_range
 from replicator.headers import CopyOwner
 from replicator.live_copies import LIVE_TRIGGER, LiveCopier
-from replicator.live_mark import read_live_mark
+from replicator.live_mark import LiveMark, read_live_mark, write_live_mark
 from replicator.logs import stream_logger
 from replicator.metrics import metrics
 from replicator.nats.connect import ConnectError, open_connection
@@ -101,8 +101,6 @@ class QueryState(enum.Enum):
     FAILED = "ended by a failed batch, or stopped"
     # A batch Spark already committed could not be published (its in-flight record holds it).
     PUBLISH_FAILED = "publishing a committed batch failed"
-    # The live copies beside the query ended on their own (replicator.live_copies).
-    LIVE_FAILED = "the live copies stopped"
 
 
 class StreamReplication:
@@ -122,6 +120,7 @@ class StreamReplication:
         # The source stream's creation (µs) as prepare() found it: a stream deleted and created
         # again is another stream, whose sequences a checkpoint of the old one does not cover.
         self._source_created_us = 0
+        self._target_info: Any = None  # the target stream's info as prepare() found it
         self.small_batches: SmallBatchReader | None = None  # a copy's driver-side reads
         self.live: LiveCopier | None = None  # copies made beside the query (copy_live)
         # Choria's state file this query's first batch was seeded from (and the checkpoint's
@@ -189,10 +188,14 @@ class StreamReplication:
         if s.order == "stream" and not s.sampling and not s.leader_election_name:
             # The last run's live copies may have gone further than the tail shows (another
             # writer's messages since, the target's limits): never publish at or below them.
-            mark = read_live_mark(live_mark_path(self.cfg, s), created_us(info))
-            if floor < mark <= info.state.last_seq:
-                self.log.info("the last run's live copies reached source sequence %d", mark)
-                floor = mark
+            mark = read_live_mark(live_mark_path(self.cfg, s))
+            if (
+                mark is not None
+                and floor < mark.seq <= info.state.last_seq
+                and mark.holds_for(created_us(info), s.target_stream, self._target_info)
+            ):
+                self.log.info("the last run's live copies reached source sequence %d", mark.seq)
+                floor = mark.seq
         if floor and s.order == "subject":
             # Lanes publish side by side: the target's last copy says nothing of the other
             # lanes. The checkpoint says where to resume; Nats-Msg-Id drops what is there.
@@ -253,7 +256,9 @@ class StreamReplication:
                 create=not s.no_target_create,
             )
             owner = self.copy_owner(info)
-            return owner, await find_last_copied(target, s.target_stream, owner) or 0
+            found = await find_last_copied(target, s.target_stream, owner) or 0
+            self._target_info = await stream_info(target, s.target_stream)  # for the live mark
+            return owner, found
         finally:
             await target.close()
 
@@ -519,8 +524,6 @@ class StreamReplication:
         published = self.sink.publish_failed() if self.sink is not None else None
         if published is not None:
             return QueryState.PUBLISH_FAILED, published
-        if self.live is not None and self.live.ended is not None:
-            return QueryState.LIVE_FAILED, self.live.ended
         return QueryState.RUNNING, None
 
     def query_active(self) -> bool:
@@ -568,6 +571,21 @@ class StreamReplication:
         the entries that copy ahead at the start."""
         return self.s.copy_live and self.can_copy_ahead()
 
+    def note_live_progress(self) -> int:
+        """Write how far the target acknowledged this entry's copies (replicator.live_mark), for
+        a start that cannot see it in the target's tail: the sequence written (0: none)."""
+        if self.sink is None or self._target_info is None or not self.sink.floor:
+            return 0
+        mark = LiveMark(
+            seq=self.sink.floor,
+            source_created_us=self._source_created_us,
+            target_stream=self.s.target_stream,
+            target_created_us=created_us(self._target_info),
+            target_seq=self.sink.known_target_seq,
+        )
+        write_live_mark(live_mark_path(self.cfg, self.s), mark)
+        return mark.seq
+
     def stop_live(self) -> None:
         """End the live copies, if they run (each start begins them again after the query's)."""
         live, self.live = self.live, None
@@ -613,11 +631,12 @@ class StreamReplication:
             start = int(json.loads(self._initial_offset(files))["seq"])
         return ahead_range(start, self.sink.floor, self._source_last_seq())
 
-    def copy_ahead(self, chunk: list[Any]) -> None:
+    def copy_ahead(self, chunk: list[Any]) -> BatchResult:
         """Publish a chunk read ahead of the query as a batch is (recorded in flight, its
-        publishing overlapping the next chunk's read)."""
+        publishing overlapping the next chunk's read): what it publishes (`copied`) once cut
+        to above the target's copies."""
         assert self.sink is not None
-        self.sink.publish_rows(
+        return self.sink.publish_rows(
             pa.Table.from_batches([to_record_batch(self.s.stream, chunk)]), time.monotonic()
         )
 
@@ -864,6 +883,12 @@ class StreamReplication:
             self.sampling_sink.close()
         elif self.sink is not None:
             self.sink.close()
+            if self.can_copy_live():
+                # The query's last batch and the last acks came after the live copies' last mark.
+                try:
+                    self.note_live_progress()
+                except OSError as e:
+                    self.log.warning("the live copies' mark was not written (%s)", e)
         if self._source_nc is not None:
             try:
                 self.loop.run(self._source_nc.close(), 5)

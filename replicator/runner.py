@@ -206,10 +206,7 @@ class Runner:
             r.log.error("publishing a batch failed (%s)%s", _first_line(err), _hint(err, r))
         elif state is QueryState.FAILED:
             r.log.error("batch failed (%s)%s", _first_line(err) if err else "stopped", _hint(err, r))
-        elif state is QueryState.LIVE_FAILED:
-            # What they left in flight is published again first; then both start again.
-            r.log.error("copying live failed (%s)%s", _first_line(err) if err else "stopped", _hint(err, r))
-        if state in (QueryState.PUBLISH_FAILED, QueryState.FAILED, QueryState.LIVE_FAILED):
+        if state in (QueryState.PUBLISH_FAILED, QueryState.FAILED):
             r.batch_unsettled = True
         r.drop_query()
         r.sink.labels.of(metrics().errors).inc()

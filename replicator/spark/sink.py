@@ -419,9 +419,19 @@ class OrderedSink:
         except concurrent.futures.TimeoutError:
             raise
         except BaseException as e:
-            self._pending, self._failed = None, e  # its in-flight record stays
+            # Only this publish is forgotten: another caller may have started the next since.
+            if self._pending is pending:
+                self._pending = None
+            self._failed = e  # its in-flight record stays
             raise
-        self._pending = None
+        if self._pending is pending:
+            self._pending = None
+
+    @property
+    def known_target_seq(self) -> int:
+        """A target sequence known to be stored (its last message when last looked at, or our
+        last copy's once acknowledged); 0 when not known now."""
+        return self._tail[1] if self._tail is not None else 0
 
     def still_publishing(self) -> bool:
         """Whether a background publish has not ended yet."""

@@ -10,6 +10,7 @@ import re
 import time
 from pathlib import Path
 
+import nats
 import pytest
 from helpers import (
     SLOW_S,
@@ -205,3 +206,41 @@ def test_a_restart_after_live_copies_the_target_no_longer_shows_publishes_none_a
     ours = [seq for seq in copied_source_sequences(dst, "ORDERS") if seq > 0]  # -1: theirs
     assert ours == list(range(1, 30_101)), f"{len(ours) - 30_100} copies stored again"
     assert "the last run's live copies reached source sequence 30000" in rep.output(10**9)
+
+
+def test_the_live_copies_mark_is_not_kept_to_once_the_target_stream_was_created_again(
+    source_server: NatsCluster, nats_server: NatsCluster, tmp_path: Path
+) -> None:
+    """The mark says how far a target stream acknowledged our copies; a new target stream of
+    the same name holds none of them, and gets what the checkpoint says, as without the mark."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "ORDERS", ["orders.>"]))
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [_entry(src, dst)])
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_for(lambda: LIVE in rep.output(), SLOW_S, "copying live", rep)
+        run(publish(src, [(f"orders.{i % 13}", registration(i, 200), None) for i in range(30_000)]))
+        wait_for(lambda: run(count(dst, "ORDERS")) >= 30_000, SLOW_S, "the live copies", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    [ckpt] = checkpoints_in(tmp_path / "state")
+    recorded = committed_end(open_checkpoint(str(ckpt), None)) or 0
+    assert 0 < recorded < 30_001, "the checkpoint had caught up with the target: nothing here was tested"
+
+    async def delete_target() -> None:
+        nc = await nats.connect(dst)
+        try:
+            await nc.jetstream().delete_stream("ORDERS")
+        finally:
+            await nc.close()
+
+    run(delete_target())
+    rep = start_replicator(cfg)  # creates the target stream again
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_handled(rep, src, "ORDERS")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert copied_source_sequences(dst, "ORDERS") == list(range(recorded, 30_001))
+    assert "live copies reached" not in rep.output(10**9)

@@ -1,30 +1,56 @@
 """The live copies' mark (replicator.live_mark): a start keeps to it only for the same source
-stream, and a missing or damaged mark lets it skip nothing."""
+stream and the same target stream, not emptied nor shorter than it was; a missing or damaged
+mark lets it skip nothing."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
-from replicator.live_mark import read_live_mark, write_live_mark
+from replicator.live_mark import LiveMark, read_live_mark, write_live_mark
+
+SOURCE_US = 1_700_000_000_000_000
+TARGET_US = 1_700_000_100_000_000
 
 
-def test_a_mark_is_read_back_for_the_stream_it_was_written_for(tmp_path: Path) -> None:
-    mark = tmp_path / "live-copied.json"
-    write_live_mark(mark, 1_234, 1_700_000_000_000_000)
-    assert read_live_mark(mark, 1_700_000_000_000_000) == 1_234
-    write_live_mark(mark, 1_300, 1_700_000_000_000_000)  # replaced whole, never appended
-    assert read_live_mark(mark, 1_700_000_000_000_000) == 1_300
+def target(created_us: int = TARGET_US, messages: int = 500, last_seq: int = 900) -> SimpleNamespace:
+    """A target stream's info as nats-py gives it: its creation and its state."""
+    created = datetime.fromtimestamp(created_us / 1e6, UTC)
+    return SimpleNamespace(created=created, state=SimpleNamespace(messages=messages, last_seq=last_seq))
+
+
+MARK = LiveMark(
+    seq=1_234, source_created_us=SOURCE_US, target_stream="T", target_created_us=TARGET_US, target_seq=800
+)
+
+
+def test_a_mark_is_read_back_whole(tmp_path: Path) -> None:
+    path = tmp_path / "live-copied.json"
+    assert read_live_mark(path) is None
+    write_live_mark(path, MARK)
+    assert read_live_mark(path) == MARK
+    later = LiveMark(1_300, SOURCE_US, "T", TARGET_US, 870)
+    write_live_mark(path, later)  # replaced whole, never appended
+    assert read_live_mark(path) == later
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_a_mark_of_another_stream_or_none_or_a_damaged_one_skips_nothing(tmp_path: Path) -> None:
-    mark = tmp_path / "live-copied.json"
-    assert read_live_mark(mark, 1) == 0  # none yet
-    write_live_mark(mark, 1_234, 1_700_000_000_000_000)
-    assert read_live_mark(mark, 1_800_000_000_000_000) == 0  # the stream was created again
-    assert read_live_mark(mark, 0) == 0  # the server does not say when its stream was created
-    write_live_mark(mark, 1_234, 0)
-    assert read_live_mark(mark, 1_700_000_000_000_000) == 0
-    for damaged in ("", "{", '{"seq": "x", "source_created_us": 1}', '{"source_created_us": 1}', "[1]"):
-        mark.write_text(damaged)
-        assert read_live_mark(mark, 1) == 0, damaged
+def test_a_mark_holds_only_for_the_same_streams_and_a_target_that_kept_its_copies() -> None:
+    assert MARK.holds_for(SOURCE_US, "T", target())
+    assert MARK.holds_for(SOURCE_US, "T", target(last_seq=800))  # another writer's messages since: fine
+    assert not MARK.holds_for(SOURCE_US + 1, "T", target())  # the source was created again
+    assert not MARK.holds_for(SOURCE_US, "OTHER", target())  # the entry copies to another stream now
+    assert not MARK.holds_for(SOURCE_US, "T", target(created_us=TARGET_US + 1))  # target recreated
+    assert not MARK.holds_for(SOURCE_US, "T", target(messages=0))  # emptied
+    assert not MARK.holds_for(SOURCE_US, "T", target(last_seq=799))  # lost what it had acknowledged
+    assert not MARK.holds_for(SOURCE_US, "T", None)  # not looked at
+    assert not LiveMark(1_234, 0, "T", TARGET_US).holds_for(0, "T", target())  # creations not known
+    assert not LiveMark(1_234, SOURCE_US, "T", 0).holds_for(SOURCE_US, "T", target(created_us=0))
+
+
+def test_a_damaged_mark_is_none(tmp_path: Path) -> None:
+    path = tmp_path / "live-copied.json"
+    for damaged in ("", "{", '{"seq": "x"}', '{"seq": 1, "source_created_us": 1}', "[1]"):
+        path.write_text(damaged)
+        assert read_live_mark(path) is None, damaged
