@@ -106,19 +106,27 @@ class LiveCopier:
     def _run(self) -> None:
         r = self.r
         r.log.info("copying new messages live, beside the query")
-        backoff = RESTART_FIRST_S
+        backoff, failed_at = RESTART_FIRST_S, 0.0
+        assert r.sink is not None
         try:
             while not self._stop.is_set():
                 try:
                     self._copy_until_stopped()
                 except _Stop as e:  # the query meets the same, and reports it its way
-                    r.log.info("the live copies stopped: %s; the query's batches copy on", e)
+                    r.log.warning("the live copies stopped: %s; the query's batches copy on", e)
                     return
                 except Exception as e:
                     if self._stop.is_set():
                         return
-                    # A failed publish is the sink's to report (the runner starts the query and
-                    # these again); anything else is tried again, the query copying meanwhile.
+                    if r.sink.publish_failed() is not None:
+                        # The sink reports it: the runner stops the query and these, publishes
+                        # what failed again (catch_up) and starts both again.
+                        r.log.debug("live copies: a publish failed (%s)", e)
+                        self._stop.wait()
+                        return
+                    if time.monotonic() - failed_at > RESTART_MAX_S * 2:
+                        backoff = RESTART_FIRST_S  # a fresh fault, not the same one again
+                    failed_at = time.monotonic()
                     r.log.warning("the live copies stopped (%s); starting them again in %.0f s", e, backoff)
                     self._close_connection()
                     self._stop.wait(backoff)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,11 +27,13 @@ class LiveMark:
     source_created_us: int
     target_stream: str
     target_created_us: int
-    target_seq: int = 0  # a target sequence known stored then (0: none known)
+    target_seq: int = 0  # a target sequence known stored then (0: none known, never kept to)
 
     def holds_for(self, source_created_us: int, target_stream: str, target_info: object) -> bool:
         """Whether a start may keep to it: the same source stream, and the same target stream
-        (name and creation), holding messages, at least as far as it did."""
+        (name and creation; a restore keeps the creation, so also) holding messages and reaching
+        at least the sequence it had then. A target whose limits removed all its messages does
+        not hold: the start resumes from the checkpoint, as before marks."""
         state = getattr(target_info, "state", None)
         created = _created_us(target_info)
         return bool(
@@ -39,6 +42,7 @@ class LiveMark:
             and self.target_created_us
             and self.target_created_us == created
             and self.target_stream == target_stream
+            and self.target_seq > 0
             and state is not None
             and int(state.messages) > 0
             and int(state.last_seq) >= self.target_seq
@@ -52,7 +56,8 @@ def _created_us(info: object) -> int:
 
 
 def write_live_mark(path: Path, mark: LiveMark) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    # A temporary file of its own: a live copier that outlived its stop may write beside another.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(asdict(mark)))
     os.replace(tmp, path)  # atomic: a reader sees the old mark or the new one
 

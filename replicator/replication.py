@@ -574,8 +574,13 @@ class StreamReplication:
     def note_live_progress(self) -> int:
         """Write how far the target acknowledged this entry's copies (replicator.live_mark), for
         a start that cannot see it in the target's tail: the sequence written (0: none)."""
-        if self.sink is None or self._target_info is None or not self.sink.floor:
-            return 0
+        if (
+            self.sink is None
+            or self._target_info is None
+            or not self.sink.floor
+            or not self.sink.known_target_seq
+        ):
+            return 0  # nothing that a start could check the target against
         mark = LiveMark(
             seq=self.sink.floor,
             source_created_us=self._source_created_us,

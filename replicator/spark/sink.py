@@ -288,6 +288,9 @@ class OrderedSink:
         self.shared_target = not settings.chain
         # The target's last message (its Nats-Msg-Id and sequence); None: ask it.
         self._tail: tuple[str, int] | None = None
+        # The highest target sequence known stored (the tail as last read, or our last copy's
+        # once acknowledged): a stream's last sequence never goes down (replicator.live_mark).
+        self._stored_target_seq = 0
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
         self.totals = BatchResult()
         self.batches = 0  # handled (published or skipped) since this process started
@@ -419,19 +422,22 @@ class OrderedSink:
         except concurrent.futures.TimeoutError:
             raise
         except BaseException as e:
-            # Only this publish is forgotten: another caller may have started the next since.
+            # Only this publish is forgotten and kept as the failure: another caller may have
+            # taken it already (and catch_up settled it since).
             if self._pending is pending:
-                self._pending = None
-            self._failed = e  # its in-flight record stays
+                self._pending, self._failed = None, e  # its in-flight record stays
             raise
         if self._pending is pending:
             self._pending = None
 
     @property
     def known_target_seq(self) -> int:
-        """A target sequence known to be stored (its last message when last looked at, or our
-        last copy's once acknowledged); 0 when not known now."""
-        return self._tail[1] if self._tail is not None else 0
+        """The highest target sequence known stored (its last message when last looked at, or
+        our last copy's once acknowledged); 0 when none is known yet."""
+        return self._stored_target_seq
+
+    def _note_stored(self, target_seq: int) -> None:
+        self._stored_target_seq = max(self._stored_target_seq, target_seq)
 
     def still_publishing(self) -> bool:
         """Whether a background publish has not ended yet."""
@@ -585,6 +591,7 @@ class OrderedSink:
         if self.shared_target or self._tail is not None:
             return
         self._tail, ours = await self._target_tail(nc)
+        self._note_stored(self._tail[1])
         if not ours and by_sequence and await self._target_moving(nc, self._tail[1]):
             # Someone else's message is last and others are still being stored: another writer,
             # found before chaining. On a clustered target a chain by sequence would not stop at
@@ -666,6 +673,7 @@ class OrderedSink:
         if first is None:
             if chain is not None and copies.last_id and not outcome.duplicates:
                 self._tail = (copies.last_id, chain[1] + outcome.published)  # each took the next sequence
+                self._note_stored(self._tail[1])
             if copies.held:
                 raise PublishError(f"{copies.held}; nothing after it is copied until then")
             return Settled.DONE
@@ -691,6 +699,7 @@ class OrderedSink:
         """Where our copies in the target end (the floor), after a chained copy was refused;
         a tail that is not our copy means someone else writes there: chaining stops."""
         self._tail, ours = await self._target_tail(nc)
+        self._note_stored(self._tail[1])
         if not ours:
             self._another_writer()
 

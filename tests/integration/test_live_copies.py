@@ -32,6 +32,7 @@ from nats_servers import NatsCluster
 
 from harness.faultproxy import FaultProxy
 from harness.streams import count_messages as count
+from replicator.live_mark import read_live_mark
 from replicator.spark.checkpoint import committed_end, open_checkpoint
 
 pytestmark = pytest.mark.integration
@@ -193,6 +194,8 @@ def test_a_restart_after_live_copies_the_target_no_longer_shows_publishes_none_a
     [ckpt] = checkpoints_in(tmp_path / "state")
     recorded = committed_end(open_checkpoint(str(ckpt), None)) or 0
     assert recorded < 30_001, "the checkpoint had caught up with the target: nothing here was tested"
+    mark = read_live_mark(ckpt.parent / "live-copied.json")
+    assert mark is not None and mark.seq == 30_000 and mark.target_seq >= 30_000, mark
     # Another writer buries our last copy; the duplicate window passes.
     run(publish(dst, [(f"other.{i}", b"theirs", None) for i in range(10_001)]))
     time.sleep(1.5)
@@ -227,6 +230,8 @@ def test_the_live_copies_mark_is_not_kept_to_once_the_target_stream_was_created_
     [ckpt] = checkpoints_in(tmp_path / "state")
     recorded = committed_end(open_checkpoint(str(ckpt), None)) or 0
     assert 0 < recorded < 30_001, "the checkpoint had caught up with the target: nothing here was tested"
+    mark = read_live_mark(ckpt.parent / "live-copied.json")
+    assert mark is not None and mark.seq == 30_000, "no mark to refuse: nothing here was tested"
 
     async def delete_target() -> None:
         nc = await nats.connect(dst)

@@ -45,6 +45,8 @@ def test_a_mark_holds_only_for_the_same_streams_and_a_target_that_kept_its_copie
     assert not MARK.holds_for(SOURCE_US, "T", target(messages=0))  # emptied
     assert not MARK.holds_for(SOURCE_US, "T", target(last_seq=799))  # lost what it had acknowledged
     assert not MARK.holds_for(SOURCE_US, "T", None)  # not looked at
+    unknown = LiveMark(1_234, SOURCE_US, "T", TARGET_US, target_seq=0)
+    assert not unknown.holds_for(SOURCE_US, "T", target())  # no target sequence to check against
     assert not LiveMark(1_234, 0, "T", TARGET_US).holds_for(0, "T", target())  # creations not known
     assert not LiveMark(1_234, SOURCE_US, "T", 0).holds_for(SOURCE_US, "T", target(created_us=0))
 
