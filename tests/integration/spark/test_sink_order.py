@@ -196,8 +196,9 @@ def test_a_batch_left_in_flight_is_never_replaced_by_the_next_after_a_stop_took_
 ) -> None:
     """A refused batch's in-flight record is what makes the next start publish it again. A stop
     that closes the sink takes the batch's error; a batch that comes after (the copies ahead of
-    the query, whose thread a stop gives up on) must not replace that record, or the refused
-    copies and every one after them up to that batch are lost for good (found by review)."""
+    the query, whose thread a stop gives up on; the live copies) must not replace that record,
+    or the refused copies and every one after them up to that batch are lost for good (found by
+    review)."""
     nats_server, replicas = target_of_each_kind
     run(create_stream(nats_server.url, "T", ["t.>"], num_replicas=replicas))  # no rollups allowed
     _wait_for_leader(nats_server.url, "T")
@@ -214,6 +215,12 @@ def test_a_batch_left_in_flight_is_never_replaced_by_the_next_after_a_stop_took_
                 )
             ]
         )
+        # The refusal stays the sink's until catch_up has published its batch again: raised to
+        # whoever publishes next (the copies ahead, the live copies, the query's next batch).
+        with pytest.raises(PublishError, match="refused source sequence 40"):
+            sink.publish_rows(later, time.monotonic())
+        # And the record itself is never written over, should that failure be cleared first.
+        sink.failure_settled()
         with pytest.raises(RuntimeError, match="source sequences 1-100 are still in flight"):
             sink.publish_rows(later, time.monotonic())
     finally:
