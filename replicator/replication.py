@@ -247,7 +247,8 @@ class StreamReplication:
         s = self.s
         target = await open_connection(s.target_url, s.target_tls, name=f"sr-target-setup-{s.name}")
         try:
-            await ensure_target_stream(
+            # Its info as of now is also what the live mark is checked against.
+            self._target_info = await ensure_target_stream(
                 target,
                 info,
                 s.target_stream,
@@ -257,7 +258,6 @@ class StreamReplication:
             )
             owner = self.copy_owner(info)
             found = await find_last_copied(target, s.target_stream, owner) or 0
-            self._target_info = await stream_info(target, s.target_stream)  # for the live mark
             return owner, found
         finally:
             await target.close()
@@ -602,18 +602,18 @@ class StreamReplication:
         checkpoint's committed end, else its first offset), never before it: a configured start
         (start_sequence, start_time, start_at_end) leaves out what lies before it. None: an
         offset log not in the data source's form, whose start only the query knows."""
-        files = open_checkpoint(checkpoint_location(self.cfg, self.s), None)
+        return self._query_start(open_checkpoint(checkpoint_location(self.cfg, self.s), None))
+
+    def _query_start(self, files: CheckpointFiles) -> int | None:
+        """Where the query starts or started: its checkpoint's committed end, else the first
+        offset it keeps (chosen now if need be); None for an offset log not in the data
+        source's form (the query decides)."""
         start = committed_end(files)
         if start is None:
             if has_commit(files):
                 return None
             start = int(json.loads(self._initial_offset(files))["seq"])
         return start
-
-    @property
-    def source_connection(self) -> Any:
-        """The driver's connection to the source (prepare() opens it)."""
-        return self._source_nc
 
     @property
     def source_created_us(self) -> int:
@@ -629,11 +629,9 @@ class StreamReplication:
         self.catch_up()
         files = open_checkpoint(checkpoint_location(self.cfg, self.s), None)
         keep_source_identity(files, self.s.stream, self._source_created_us)  # the query's start says why
-        start = committed_end(files)
+        start = self._query_start(files)
         if start is None:
-            if has_commit(files):
-                return None  # an offset log not in the data source's form: the query decides
-            start = int(json.loads(self._initial_offset(files))["seq"])
+            return None
         return ahead_range(start, self.sink.floor, self._source_last_seq())
 
     def copy_ahead(self, chunk: list[Any]) -> BatchResult:
