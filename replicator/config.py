@@ -206,7 +206,9 @@ class StreamConfig(_Strict):
     copy_ahead: bool = True
     # Copy-only entries that copy ahead: the driver also copies each new message as the source
     # stores it, beside the query (replicator.live_copies), whose batches then record progress.
-    copy_live: bool = False
+    # Unset: on wherever it applies while Spark runs embedded (session_args.copies_live); `true`
+    # is refused where it cannot apply; `false` leaves every copy to the query.
+    copy_live: bool | None = None
     lanes: int = Field(default=4, ge=1, le=1024)
 
     @field_validator("stream", "target_stream")
@@ -327,7 +329,7 @@ class StreamConfig(_Strict):
                     f"order: subject does not combine with {', '.join(unsupported)} yet: use order: stream "
                     "(the default) for this entry"
                 )
-        if self.copy_live:
+        if self.copy_live is True:
             unsupported = [
                 k
                 for k, on in (

@@ -82,7 +82,7 @@ from replicator.spark.read_lease import write_lease
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sampling import SamplingSink, decided_per_bucket
 from replicator.spark.session import session_conf
-from replicator.spark.session_args import driver_read_limit, reads_through_spark
+from replicator.spark.session_args import copies_live, driver_read_limit, reads_through_spark
 from replicator.spark.sink import BatchResult, OrderedSink, SinkSettings
 from replicator.spark.small_batches import SmallBatchReader
 
@@ -477,7 +477,7 @@ class StreamReplication:
         if self.s.order == "subject":
             sink = LaneSink(self.sink.settings, self.s.lanes, self._lanes_done)
         elif self.sampling_sink is None:
-            self.sink.reads_above_floor = self.can_copy_live()
+            self.sink.reads_above_floor = self.can_copy_live(str(spark.sparkContext.master))
             # A batch small enough for one read task is read in the driver instead.
             self.small_batches = SmallBatchReader(
                 options,
@@ -566,10 +566,10 @@ class StreamReplication:
             and not is_uri(checkpoint_location(self.cfg, self.s))
         )
 
-    def can_copy_live(self) -> bool:
+    def can_copy_live(self, master: str) -> bool:
         """Whether the entry copies new messages beside its query (copy_live; replicator.live_copies):
-        the entries that copy ahead at the start."""
-        return self.s.copy_live and self.can_copy_ahead()
+        the entries that copy ahead at the start, while Spark runs embedded unless told."""
+        return copies_live(self.s, master) and self.can_copy_ahead()
 
     def note_live_progress(self) -> int:
         """Write how far the target acknowledged this entry's copies (replicator.live_mark), for
@@ -886,7 +886,7 @@ class StreamReplication:
             self.sampling_sink.close()
         elif self.sink is not None:
             self.sink.close()
-            if self.can_copy_live():
+            if self.sink.reads_above_floor:
                 # The query's last batch and the last acks came after the live copies' last mark.
                 try:
                     self.note_live_progress()

@@ -57,7 +57,12 @@ _QUERY_THREAD_DIED = 'Exception in thread "stream execution thread'
 # to retry a failed batch) finds its pipe to the JVM closed: pyspark's daemon (a task's worker)
 # or its streaming source runner (the planner of a Python data source) prints the traceback.
 _PYTHON_TRACEBACK = "Traceback (most recent call last):"
-_WORKER_PIPE_CLOSED = re.compile(r"^(BrokenPipeError|ConnectionResetError|EOFError)\b")
+# A streaming source runner started just as its query was stopped finds the JVM's socket file
+# gone (FileNotFoundError, then pyspark's CANNOT_OPEN_SOCKET chained to it).
+_WORKER_PIPE_CLOSED = re.compile(
+    r"^(BrokenPipeError|ConnectionResetError|EOFError|FileNotFoundError)\b"
+    r"|^pyspark\.errors\.exceptions\.base\.PySparkRuntimeError: \[CANNOT_OPEN_SOCKET\]"
+)
 # The standard library's directory: lib64 on Red Hat's and Fedora's Pythons.
 _STDLIB = r".*/lib(?:64)?/python3\.\d+/"
 # Frames of pyspark itself, of the modules that start pyspark's task workers' daemon and its

@@ -30,6 +30,13 @@ def driver_read_limit(s: StreamConfig, master: str) -> int:
     return int(s.batch_max_messages or small) if mode == "all" else small
 
 
+def copies_live(s: StreamConfig, master: str) -> bool:
+    """Whether a copy-only entry that copies ahead also copies live (config copy_live). Unset:
+    while Spark runs embedded; on a cluster its executors read a backlog in parallel, and live
+    copies would bring it all through the driver."""
+    return s.copy_live if s.copy_live is not None else master.startswith("local")
+
+
 def reads_through_spark(s: StreamConfig, master: str) -> bool:
     """Whether an entry's batches go through Spark's Python task workers (else the driver reads
     every batch itself, and starting those workers would only cost memory)."""

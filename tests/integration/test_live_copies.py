@@ -69,10 +69,12 @@ def test_a_trickle_is_copied_live_once_in_order_and_the_checkpoint_follows(
     run(publish(src, [(f"orders.{i % 13}", registration(i, 500), None) for i in range(2_000)]))
     # A second entry copies one subject from sequence 2,300 on, beyond the source's end as it
     # starts: nothing is copied ahead for it, and its live copies must begin there, not at 1.
+    # It leaves copy_live unset, the default: on for an entry that copies ahead.
+    default = {k: v for k, v in _entry(src, dst).items() if k != "copy_live"}
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [
         _entry(src, dst),
-        _entry(src, dst, name="one", filter_subject="orders.1", start_sequence=2_300, target_stream="ONE",
-               target_subject_prefix="one"),
+        {**default, "name": "one", "filter_subject": "orders.1", "start_sequence": 2_300, "target_stream": "ONE",
+         "target_subject_prefix": "one"},
     ])  # fmt: skip
     rep = start_replicator(cfg)
     try:

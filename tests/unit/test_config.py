@@ -286,10 +286,12 @@ def test_a_file_with_only_heartbeats_is_valid_and_one_with_neither_is_not() -> N
         ({"copy_ahead": False}, "copy_ahead: false"),
     ],
 )
-def test_copy_live_is_off_by_default_and_refused_where_it_cannot_apply(
+def test_copy_live_is_unset_by_default_and_refused_only_when_asked_for_where_it_cannot_apply(
     more: dict[str, object], refused: str
 ) -> None:
-    assert parse_config(BASE).streams[0].copy_live is False
+    assert parse_config(BASE).streams[0].copy_live is None  # on wherever it applies
+    # Unset, an entry it cannot apply to is taken as it is (its query copies).
+    assert parse_config({**BASE, "streams": [{**BASE["streams"][0], **more}]}).streams[0].copy_live is None
     assert parse_config({**BASE, "streams": [{**BASE["streams"][0], "copy_live": True}]}).streams[0].copy_live
     with pytest.raises(ConfigError, match=rf"copy_live does not combine with {refused}: remove copy_live"):
         parse_config({**BASE, "streams": [{**BASE["streams"][0], "copy_live": True, **more}]})

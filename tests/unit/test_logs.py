@@ -316,6 +316,50 @@ def test_a_stopped_querys_source_runner_finding_its_pipe_closed_is_left_to_debug
     assert any(level == logging.WARNING for line in lines for level, _ in shown.feed(line))
 
 
+def test_a_source_runner_started_as_its_query_stopped_is_left_to_debug() -> None:
+    """Seen in a full run with copy_live on (test_faults, target cut): a failed live copy stopped
+    the query half a second after its start, and the planner's process, starting, found the JVM's
+    socket file gone: two chained tracebacks, every frame pyspark's, ours or the standard library's."""
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/v/lib/python3.11/site-packages/pyspark/util.py", line 822, in local_connect_and_auth',
+        "    sock.connect(sock_path)",
+        "FileNotFoundError: [Errno 2] No such file or directory",
+        "During handling of the above exception, another exception occurred:",
+        "Traceback (most recent call last):",
+        *SOURCE_RUNNER_FRAMES,
+        '  File "/v/lib/python3.11/site-packages/pyspark/sql/streaming/python_streaming_source_runner.py", line 313, in <module>',
+        "    with get_sock_file_to_executor(timeout=None) as sock_file:",
+        '  File "/usr/lib/python3.11/contextlib.py", line 137, in __enter__',
+        "    return next(self.gen)",
+        "           ^^^^^^^^^^^^^^",
+        '  File "/v/lib/python3.11/site-packages/pyspark/worker_util.py", line 246, in get_sock_file_to_executor',
+        "    sock_file, sock = local_connect_and_auth(conn_info, auth_secret)",
+        '  File "/v/lib/python3.11/site-packages/pyspark/util.py", line 828, in local_connect_and_auth',
+        "    raise PySparkRuntimeError(",
+        "pyspark.errors.exceptions.base.PySparkRuntimeError: [CANNOT_OPEN_SOCKET] Can not open socket: tried to "
+        "connect to /tmp/.e54a59ce.sock, but an error occurred: [Errno 2] No such file or directory.",
+    ]
+    quiet = JvmOutput(quiet=True)
+    printed = [x for line in lines for x in (["", line, ""] if line.startswith("During") else [line])]
+    out = [o for line in printed for o in quiet.feed(line)]
+    assert [level for level, _ in out] == [logging.DEBUG] * len(out), out
+    shown = JvmOutput(quiet=False)
+    assert any(level == logging.WARNING for line in lines for level, _ in shown.feed(line))
+
+
+def test_a_file_not_found_in_the_replicators_own_code_is_still_shown() -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/work/replicator/spark/datasource.py", line 10, in read',
+        "    open(path)",
+        "FileNotFoundError: [Errno 2] No such file or directory: 'x'",
+    ]
+    quiet = JvmOutput(quiet=True)
+    out = [o for line in lines for o in quiet.feed(line)]
+    assert any(level == logging.WARNING for level, _ in out), out
+
+
 def test_a_source_runners_traceback_cut_mid_line_by_sparks_record_is_left_to_debug() -> None:
     """Seen in CI (test_target_refusals, r3): the planner's closed-pipe traceback was cut
     mid-word by Spark's "terminated with error" record, and the failed batch's Java stack

@@ -11,7 +11,13 @@ import pytest
 from replicator.config import parse_config
 from replicator.options import ReaderOptions
 from replicator.spark.early_jvm import EarlyJvm
-from replicator.spark.session_args import SessionArgs, reads_through_spark, resolve_master, session_args
+from replicator.spark.session_args import (
+    SessionArgs,
+    copies_live,
+    reads_through_spark,
+    resolve_master,
+    session_args,
+)
 
 COMMON = {"source_url": "nats://127.0.0.1:4222", "target_url": "nats://127.0.0.1:4223"}
 SAMPLED = {"inspect_field": "sender", "inspect_duration": "1h"}
@@ -53,6 +59,20 @@ def test_batches_larger_than_the_driver_reads_go_through_spark() -> None:
     # On a cluster the default (auto) is "small": Spark's tasks read in parallel elsewhere.
     on_cluster = args_for({"stream": "A", "batch_max_messages": big}, spark_master="spark://h:7077")
     assert on_cluster.master == "spark://h:7077" and not on_cluster.driver_reads_all
+
+
+@pytest.mark.parametrize(
+    ("copy_live", "master", "live"),
+    [
+        (None, "local[*]", True),  # unset: embedded, the driver copies live
+        (None, "spark://h:7077", False),  # unset, on a cluster: the executors read
+        (True, "spark://h:7077", True),
+        (False, "local[*]", False),
+    ],
+)
+def test_copies_live_while_embedded_unless_told(copy_live: bool | None, master: str, live: bool) -> None:
+    entry = {**COMMON, "stream": "A", **({} if copy_live is None else {"copy_live": copy_live})}
+    assert copies_live(parse_config({"name": "dc1", "streams": [entry]}).streams[0], master) is live
 
 
 def test_spark_master_in_spark_conf_wins_over_the_command_line() -> None:
