@@ -198,7 +198,7 @@ def main() -> None:
         "--r3", action="store_true", help="also copy between two 3-server clusters with R3 streams"
     )
     ap.add_argument("--entry", action="append", default=[], metavar="KEY=VALUE",
-                    help="a key of ours' stream entry, its value as YAML (e.g. copy_live=true)")  # fmt: skip
+                    help="a key of ours' stream entry, its value as YAML (e.g. copy_live=false: the query copies)")  # fmt: skip
     ap.add_argument("--out", default="reports/bench.json")
     args = ap.parse_args()
     n, results = args.messages, []

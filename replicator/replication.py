@@ -38,6 +38,7 @@ from replicator.live_mark import LiveMark, read_live_mark, write_live_mark
 from replicator.logs import stream_logger
 from replicator.metrics import metrics
 from replicator.nats.connect import ConnectError, open_connection
+from replicator.nats.doorbell import hears_its_own_asks
 from replicator.nats.jetstream import (
     answered,
     as_start_time,
@@ -117,6 +118,8 @@ class StreamReplication:
         self.query: StreamingQuery | None = None
         self._source_nc: Any = None
         self._source_direct = False  # whether the source stream allows direct gets
+        # Whether a doorbell can ring for the source's new messages (replicator.nats.doorbell).
+        self._source_rings = False
         # The source stream's creation (µs) as prepare() found it: a stream deleted and created
         # again is another stream, whose sequences a checkpoint of the old one does not cover.
         self._source_created_us = 0
@@ -162,6 +165,9 @@ class StreamReplication:
             return False
         self._source_direct = bool(info.config.allow_direct)
         self._source_created_us = created_us(info)
+        fed = info.config.mirror is not None or bool(info.config.sources)
+        subjects = [s.filter_subject] if s.filter_subject else list(info.config.subjects or [])
+        self._source_rings = not fed and bool(subjects) and not hears_its_own_asks(subjects)
         if s.leader_election_name:
             go = await go_source_initiated_consumer(self._source_nc, s.stream, s.name)
             if go is not None:
@@ -568,8 +574,18 @@ class StreamReplication:
 
     def can_copy_live(self, master: str) -> bool:
         """Whether the entry copies new messages beside its query (copy_live; replicator.live_copies):
-        the entries that copy ahead at the start, while Spark runs embedded unless told."""
-        return copies_live(self.s, master) and self.can_copy_ahead()
+        the entries that copy ahead at the start, while Spark runs embedded unless told. Unset,
+        only where a new message costs a ring and a direct get: without allow_direct each read
+        makes a consumer, and a stream no bell rings for would be asked every 50 ms."""
+        if not (copies_live(self.s, master) and self.can_copy_ahead()):
+            return False
+        if self.s.copy_live is None and not (self._source_direct and self._source_rings):
+            self.log.info(
+                "the query's batches make the copies: live copies (copy_live) need a source stream with "
+                "allow_direct, not fed by mirror or sources; set copy_live: true to copy live anyway"
+            )
+            return False
+        return True
 
     def note_live_progress(self) -> int:
         """Write how far the target acknowledged this entry's copies (replicator.live_mark), for
@@ -886,8 +902,9 @@ class StreamReplication:
             self.sampling_sink.close()
         elif self.sink is not None:
             self.sink.close()
-            if self.sink.reads_above_floor:
-                # The query's last batch and the last acks came after the live copies' last mark.
+            if self.can_copy_ahead():
+                # How far the target acknowledged the copies ahead, the live copies and the
+                # query's last batch, for a start that cannot see it in the target's tail.
                 try:
                     self.note_live_progress()
                 except OSError as e:

@@ -57,12 +57,15 @@ _QUERY_THREAD_DIED = 'Exception in thread "stream execution thread'
 # to retry a failed batch) finds its pipe to the JVM closed: pyspark's daemon (a task's worker)
 # or its streaming source runner (the planner of a Python data source) prints the traceback.
 _PYTHON_TRACEBACK = "Traceback (most recent call last):"
-# A streaming source runner started just as its query was stopped finds the JVM's socket file
-# gone (FileNotFoundError, then pyspark's CANNOT_OPEN_SOCKET chained to it).
 _WORKER_PIPE_CLOSED = re.compile(
-    r"^(BrokenPipeError|ConnectionResetError|EOFError|FileNotFoundError)\b"
+    r"^(BrokenPipeError|ConnectionResetError|EOFError)\b"
     r"|^pyspark\.errors\.exceptions\.base\.PySparkRuntimeError: \[CANNOT_OPEN_SOCKET\]"
 )
+# A streaming source runner started just as its query was stopped finds the JVM's socket file
+# gone: FileNotFoundError in pyspark's connect to it (then CANNOT_OPEN_SOCKET, chained to it).
+# Only there: a file missing anywhere else is shown.
+_SOCKET_GONE = re.compile(r"^FileNotFoundError\b")
+_CONNECT_FRAME = re.compile(r'^\s+File ".*/pyspark/util\.py", line \d+, in local_connect_and_auth$')
 # The standard library's directory: lib64 on Red Hat's and Fedora's Pythons.
 _STDLIB = r".*/lib(?:64)?/python3\.\d+/"
 # Frames of pyspark itself, of the modules that start pyspark's task workers' daemon and its
@@ -169,7 +172,10 @@ class JvmOutput:
             self.quiet
             and frames
             and all(_DAEMON_FRAME.match(f) for f in frames)
-            and _WORKER_PIPE_CLOSED.match(block[-1])
+            and (
+                _WORKER_PIPE_CLOSED.match(block[-1])
+                or (_SOCKET_GONE.match(block[-1]) and _CONNECT_FRAME.match(frames[-1]))
+            )
         ):
             self._pipe_closed = True
             return [_pipe_closed_line(block[-1])]

@@ -253,3 +253,39 @@ def test_the_live_copies_mark_is_not_kept_to_once_the_target_stream_was_created_
         assert rep.stop() == 0, rep.output()
     assert copied_source_sequences(dst, "ORDERS") == list(range(recorded, 30_001))
     assert "live copies reached" not in rep.output(10**9)
+
+
+def test_copy_live_unset_copies_live_only_from_a_source_with_direct_gets(
+    source_server: NatsCluster, nats_server: NatsCluster, tmp_path: Path
+) -> None:
+    """The default: live copies where each new message costs a ring and a direct get. A source
+    without allow_direct (each read would make a consumer) is left to the query's batches,
+    with a line that says so, unless copy_live is true."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "DIRECT", ["direct.>"]))
+    run(create_stream(src, "PLAIN", ["plain.>"], allow_direct=False))
+    run(create_stream(src, "FORCED", ["forced.>"], allow_direct=False))
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+        {"stream": name, "source_url": src, "target_url": dst, **more}
+        for name, more in (("DIRECT", {}), ("PLAIN", {}), ("FORCED", {"copy_live": True}))
+    ])  # fmt: skip
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_for(lambda: rep.output(10**9).count(LIVE) == 2, SLOW_S, "two entries copying live", rep)
+        for name in ("DIRECT", "PLAIN", "FORCED"):
+            run(publish(src, [(f"{name.lower()}.{i % 3}", registration(i, 500), None) for i in range(300)]))
+        for name in ("DIRECT", "PLAIN", "FORCED"):
+            wait_handled(rep, src, name)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    for name in ("DIRECT", "PLAIN", "FORCED"):
+        assert copied_source_sequences(dst, name) == list(range(1, 301)), name
+    log = rep.output(10**9)
+    assert (
+        f"DIRECT/dc1: {LIVE}" in log and f"FORCED/dc1: {LIVE}" in log and f"PLAIN/dc1: {LIVE}" not in log
+    ), log
+    assert (
+        "PLAIN/dc1: the query's batches make the copies: live copies (copy_live) need a source stream" in log
+    )
+    assert _copied_live(log, "DIRECT/dc1") > 0 and _copied_live(log, "FORCED/dc1") > 0, log

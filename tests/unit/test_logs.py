@@ -348,10 +348,19 @@ def test_a_source_runner_started_as_its_query_stopped_is_left_to_debug() -> None
     assert any(level == logging.WARNING for line in lines for level, _ in shown.feed(line))
 
 
-def test_a_file_not_found_in_the_replicators_own_code_is_still_shown() -> None:
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '  File "/work/replicator/spark/datasource.py", line 10, in read',  # our own code
+        '  File "/v/lib/python3.11/site-packages/pyspark/files.py", line 10, in get',  # pyspark's, elsewhere
+        '  File "/usr/lib/python3.11/tempfile.py", line 10, in mkstemp',  # Spark's temporary files removed
+    ],
+)
+def test_a_missing_file_anywhere_but_the_connect_to_the_jvm_is_still_shown(frame: str) -> None:
     lines = [
         "Traceback (most recent call last):",
-        '  File "/work/replicator/spark/datasource.py", line 10, in read',
+        '  File "<frozen runpy>", line 88, in _run_code',
+        frame,
         "    open(path)",
         "FileNotFoundError: [Errno 2] No such file or directory: 'x'",
     ]
