@@ -300,6 +300,8 @@ class OrderedSink:
         self.small_batches: Callable[[int, int], pa.Table | None] | None = None
         # Whether a batch's read leaves out what the target holds (replicator.live_copies).
         self.reads_above_floor = False
+        # The last source sequence handed to a publish, its acks perhaps still to come.
+        self._submitted = 0
 
     async def connection(self) -> ReplicatorClient:
         """The sink's target connection (opened if need be)."""
@@ -348,9 +350,11 @@ class OrderedSink:
         and its publishing started, so Spark reads the next batch while this one is published;
         the previous batch must have been fully acknowledged first (or this batch fails)."""
         started = time.monotonic()
-        # Copied live, most of a batch is in the target already: not read again. The floor
-        # may move on meanwhile (the last publish's acks): select() drops what it passed.
-        above = self.floor if self.reads_above_floor else 0
+        # Copied live, most of a batch is in the target already, or being published: not read
+        # again. The batch waits for that publish before its own (publish_rows), and fails if it
+        # failed, so what it left out is in the target whenever it commits. The floor may move
+        # on meanwhile (the last publish's acks): select() drops what it passed.
+        above = max(self.floor, self._submitted) if self.reads_above_floor else 0
         table = self.small_batches(batch_id, above) if self.small_batches is not None else None
         if table is None:
             table = batch_df.toArrow()
@@ -390,6 +394,7 @@ class OrderedSink:
                 gaps_possible = self.shared_target or self._limits is None or self._limits.replicas > 1
                 self.inflight.write(int(todo.column("seq")[0].as_py()), result.last_seq, gaps_possible)
                 self._pending = self.loop.submit(self._publish_and_settle(todo, result, started))
+                self._submitted = max(self._submitted, result.last_seq)
             else:
                 self.handled_up_to(result.last_seq)
                 result.seconds = time.monotonic() - started

@@ -74,6 +74,53 @@ def test_the_first_batch_on_a_target_not_yet_looked_at_is_recorded_as_possibly_l
         loop.stop()
 
 
+def test_copied_live_a_batch_reads_above_the_publish_in_hand_and_fails_if_that_fails(tmp_path: Path) -> None:
+    """Copied live, a batch of the query leaves out what is being published (it was read and
+    dropped, and the driver's reads slowed the live copies). Safe only because the batch waits
+    for that publish and fails with it: here the live publish of 1-3 cannot reach the target,
+    so the batch that did not read 1-3 is never committed, and the record keeps 1-3 for catch_up."""
+    loop = LoopThread("test-sink")
+    sink = OrderedSink(
+        SinkSettings("nats://127.0.0.1:1", "T", "S", "dc1", "cfg", "dc1.cfg.S.1", ack_timeout=0.1),
+        loop,
+        inflight=InflightRecord(tmp_path / "inflight"),
+    )
+    try:
+        sink.reads_above_floor = True
+
+        def table_of(seqs: range) -> pa.Table:
+            msgs = [RawMessage(q, "s.a", 1_700_000_000_000_000_000, None, b"{}") for q in seqs]
+            return pa.Table.from_batches([to_record_batch("S", msgs)])
+
+        sink.publish_rows(table_of(range(1, 4)), 0.0)  # the live copies' publish
+        asked: list[int] = []
+
+        def read(batch_id: int, above: int) -> pa.Table:
+            asked.append(above)
+            return table_of(range(above + 1, 6))
+
+        sink.small_batches = read
+        pending = sink._pending
+        assert pending is not None
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            batch = pool.submit(sink, None, 0)
+            try:
+                with pytest.raises(concurrent.futures.TimeoutError):
+                    batch.result(0.5)  # it waits for the live publish of 1-3 (its target cannot be reached)
+                assert asked == [3], "the batch read what the live publish in hand holds again"
+            finally:
+                pending.cancel()  # that publish fails
+            with pytest.raises(concurrent.futures.CancelledError):
+                batch.result(5)  # and so does the batch: Spark does not commit it
+        left = InflightRecord(tmp_path / "inflight").read()
+        assert left is not None and (left.first_seq, left.last_seq) == (1, 3)
+        assert sink.floor == 0
+    finally:
+        if sink._pending is not None:
+            sink._pending.cancel()
+        loop.stop()
+
+
 SETTINGS = SinkSettings("nats://127.0.0.1:1", "T", "S", "dc1", "cfg", "dc1.cfg.S.1", subject_prefix="c")
 
 
