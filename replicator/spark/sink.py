@@ -265,6 +265,9 @@ class OrderedSink:
         # foreachBatch call itself; the sampling sink does, its decisions are not re-derivable).
         self.inflight = inflight
         self._pending: Future[None] | None = None
+        # Guards forgetting a publish waited for against setting the next one: a waiter outside
+        # `publishing` (the live copies) must not forget a publish submitted just after its own.
+        self._pending_lock = threading.Lock()
         # A background publish's error, kept until catch_up has published its batch again:
         # whoever publishes next raises it, so no later batch goes out past the failed one's
         # copies (the live copier and the query both publish: replicator.live_copies).
@@ -393,7 +396,9 @@ class OrderedSink:
                 # copy after a gap when a foreign message lines it up: its range is checked too.
                 gaps_possible = self.shared_target or self._limits is None or self._limits.replicas > 1
                 self.inflight.write(int(todo.column("seq")[0].as_py()), result.last_seq, gaps_possible)
-                self._pending = self.loop.submit(self._publish_and_settle(todo, result, started))
+                pending = self.loop.submit(self._publish_and_settle(todo, result, started))
+                with self._pending_lock:
+                    self._pending = pending
                 self._submitted = max(self._submitted, result.last_seq)
             else:
                 self.handled_up_to(result.last_seq)
@@ -429,11 +434,13 @@ class OrderedSink:
         except BaseException as e:
             # Only this publish is forgotten and kept as the failure: another caller may have
             # taken it already (and catch_up settled it since).
-            if self._pending is pending:
-                self._pending, self._failed = None, e  # its in-flight record stays
+            with self._pending_lock:
+                if self._pending is pending:
+                    self._pending, self._failed = None, e  # its in-flight record stays
             raise
-        if self._pending is pending:
-            self._pending = None
+        with self._pending_lock:
+            if self._pending is pending:
+                self._pending = None
 
     @property
     def known_target_seq(self) -> int:
