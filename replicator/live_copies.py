@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.connect import open_connection
-from replicator.nats.doorbell import Doorbell, DoorbellRefused, hears_its_own_asks
+from replicator.nats.doorbell import Doorbell, DoorbellRefused, bell_subjects
 from replicator.nats.jetstream import created_us
 from replicator.nats.readers import RawMessage, stream_info
 from replicator.source_reader import SourceReader
@@ -221,11 +221,7 @@ class LiveCopier:
         created = created_us(info)
         if r.source_created_us and created and created != r.source_created_us:
             raise _Stop(f"source stream {r.s.stream} was created again")  # the start refuses it
-        fed = info.config.mirror is not None or bool(info.config.sources)
-        # The entry's filter, else the stream's subjects: a ring for a message it does not copy
-        # would only ask the stream again.
-        subjects = [r.s.filter_subject] if r.s.filter_subject else list(info.config.subjects or [])
-        self._subjects = [] if fed or hears_its_own_asks(subjects) else subjects
+        self._subjects = bell_subjects(info, r.s.filter_subject)
         return int(info.state.last_seq)
 
     def _copy(self, reader: SourceReader, first: int, end: int) -> bool:

@@ -38,7 +38,7 @@ from replicator.live_mark import LiveMark, read_live_mark, write_live_mark
 from replicator.logs import stream_logger
 from replicator.metrics import metrics
 from replicator.nats.connect import ConnectError, open_connection
-from replicator.nats.doorbell import hears_its_own_asks
+from replicator.nats.doorbell import bell_subjects
 from replicator.nats.jetstream import (
     answered,
     as_start_time,
@@ -165,9 +165,7 @@ class StreamReplication:
             return False
         self._source_direct = bool(info.config.allow_direct)
         self._source_created_us = created_us(info)
-        fed = info.config.mirror is not None or bool(info.config.sources)
-        subjects = [s.filter_subject] if s.filter_subject else list(info.config.subjects or [])
-        self._source_rings = not fed and bool(subjects) and not hears_its_own_asks(subjects)
+        self._source_rings = bool(bell_subjects(info, s.filter_subject))
         if s.leader_election_name:
             go = await go_source_initiated_consumer(self._source_nc, s.stream, s.name)
             if go is not None:

@@ -34,6 +34,16 @@ def hears_its_own_asks(subjects: Sequence[str]) -> bool:
     return any(subject_matches(own, s) for s in subjects for own in _OWN_TRAFFIC)
 
 
+def bell_subjects(info: Any, filter_subject: str | None) -> list[str]:
+    """What a doorbell for a stream's new messages listens on (`info`: its STREAM.INFO): the
+    entry's filter (a ring for a message it does not copy would only ask the stream again),
+    else the stream's subjects; none (no bell can ring) for a stream fed by
+    mirroring or sourcing, or whose subjects cover our own requests."""
+    fed = info.config.mirror is not None or bool(info.config.sources)
+    subjects = [filter_subject] if filter_subject else list(info.config.subjects or [])
+    return [] if fed or hears_its_own_asks(subjects) else subjects
+
+
 class DoorbellRefused(Exception):
     """The server refused the doorbell's subscriptions (no permission to subscribe to the
     stream's subjects, or the user's or account's subscription limit): arming again would be
