@@ -56,6 +56,7 @@ def run_sampling(
     batch: int,
     measured: int = MEASURED,
     spark_conf: dict[str, str] | None = None,
+    entry: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     port = free_port()
     cfg = work / f"sampling-{senders}.yaml"
@@ -76,6 +77,7 @@ def run_sampling(
                         "batch_max_messages": batch,
                         "inspect_duration": "1h",
                         "advisory": {"subject": "adv.%s.%v", "reliable": True},
+                        **(entry or {}),
                     }
                 ],
             }
@@ -147,6 +149,8 @@ def main() -> None:
         "--measured", type=int, default=MEASURED, help="messages measured after the first per sender"
     )
     ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
+    ap.add_argument("--entry", action="append", default=[], metavar="KEY=VALUE",
+                    help="a key of the sampled stream entry, its value as YAML (e.g. sampling_buckets=8)")  # fmt: skip
     ap.add_argument("--out", default="reports/sampling_bench.json")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sr-sampling-bench-"))
@@ -179,6 +183,7 @@ def main() -> None:
                 args.batch,
                 args.measured,
                 dict(c.split("=", 1) for c in args.spark_conf),
+                {k: yaml.safe_load(v) for k, v in (e.split("=", 1) for e in args.entry)},
             )
         r["ratio_vs_plain"] = r["msgs_per_s"] / plain["msgs_per_s"]
         rows.append(r)
