@@ -120,6 +120,7 @@ class StreamReplication:
         self._source_direct = False  # whether the source stream allows direct gets
         # Whether a doorbell can ring for the source's new messages (replicator.nats.doorbell).
         self._source_rings = False
+        self._said_why_not_live = False  # the query copies: said once, not at each of its starts
         # The source stream's creation (µs) as prepare() found it: a stream deleted and created
         # again is another stream, whose sequences a checkpoint of the old one does not cover.
         self._source_created_us = 0
@@ -578,10 +579,12 @@ class StreamReplication:
         if not (copies_live(self.s, master) and self.can_copy_ahead()):
             return False
         if self.s.copy_live is None and not (self._source_direct and self._source_rings):
-            self.log.info(
-                "the query's batches make the copies: live copies (copy_live) need a source stream with "
-                "allow_direct, not fed by mirror or sources; set copy_live: true to copy live anyway"
-            )
+            if not self._said_why_not_live:
+                self._said_why_not_live = True
+                self.log.info(
+                    "the query's batches make the copies: live copies (copy_live) need a source stream "
+                    "with allow_direct, not fed by mirror or sources; set copy_live: true to copy live anyway"
+                )
             return False
         return True
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pytest
 
 from replicator.aio import LoopThread
 from replicator.config import Config
@@ -77,5 +80,28 @@ def test_a_failed_batch_is_owed_until_a_batch_ends(tmp_path: Path) -> None:
         assert r.owes_copies()
         r.batch_committed()  # the replay's batch ended
         assert not r.owes_copies()
+    finally:
+        r.loop.stop()
+
+
+def test_why_the_query_makes_the_copies_is_said_once_not_at_each_start_of_the_query(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """copy_live unset on a source without allow_direct: each start of the query (retries too)
+    asks again, and gets the same answer; the log says why once."""
+    cfg = Config.model_validate(
+        {"name": "dc1", "state_store": str(tmp_path), "streams": [
+            {"stream": "PLAIN", "source_url": "nats://127.0.0.1:1", "target_url": "nats://127.0.0.1:2"}]}
+    )  # fmt: skip
+    r = StreamReplication(cfg, cfg.streams[0], LoopThread("test-not-live"))
+    try:
+        r.can_copy_ahead = lambda: True  # type: ignore[method-assign]  # a sink with its in-flight record
+        r._source_direct, r._source_rings = False, True
+        with caplog.at_level(logging.INFO):
+            assert [r.can_copy_live("local[2]") for _ in range(3)] == [False, False, False]
+        said = [m for m in caplog.messages if "the query's batches make the copies" in m]
+        assert len(said) == 1, caplog.messages
+        r._source_direct = True
+        assert r.can_copy_live("local[2]")
     finally:
         r.loop.stop()
