@@ -174,15 +174,24 @@ def test_a_kill_9_among_live_copies_then_a_restart_gives_an_exact_copy(tmp_path:
         assert "left in flight" in rep.output(10**9), "the kill fell among live copies in flight"
 
 
+@pytest.mark.parametrize("servers", [1, 3], ids=["single", "r3"])
 def test_a_restart_after_live_copies_the_target_no_longer_shows_publishes_none_again(
-    source_server: NatsCluster, nats_server: NatsCluster, tmp_path: Path
+    tmp_path: Path, servers: int
 ) -> None:
     """Copied live, the target runs ahead of Spark's checkpoint. A start finds our last copy in
     the target's tail, but not once another writer has stored 10,000 messages after it; past
     the target's duplicate window, resuming from the checkpoint would store copies again."""
-    src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "ORDERS", ["orders.>"]))
-    run(create_stream(dst, "ORDERS", ["orders.>", "other.>"], duplicate_window=1.0))
+    from nats_servers import nats_cluster
+
+    with nats_cluster(servers, "source") as source, nats_cluster(servers, "target") as target:
+        _restart_after_live_copies_past_the_duplicate_window(source.url, target.url, servers, tmp_path)
+
+
+def _restart_after_live_copies_past_the_duplicate_window(
+    src: str, dst: str, servers: int, tmp_path: Path
+) -> None:
+    run(create_stream(src, "ORDERS", ["orders.>"], num_replicas=servers))
+    run(create_stream(dst, "ORDERS", ["orders.>", "other.>"], duplicate_window=1.0, num_replicas=servers))
     # Batches of at most 1,000: the query's checkpoint surely lags the live copies at the stop.
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [_entry(src, dst, batch_max_messages=1_000)])
     rep = start_replicator(cfg)
