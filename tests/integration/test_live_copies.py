@@ -223,13 +223,20 @@ def _restart_after_live_copies_past_the_duplicate_window(
     assert "the last run's live copies reached source sequence 30000" in rep.output(10**9)
 
 
+@pytest.mark.parametrize("servers", [1, 3], ids=["single", "r3"])
 def test_the_live_copies_mark_is_not_kept_to_once_the_target_stream_was_created_again(
-    source_server: NatsCluster, nats_server: NatsCluster, tmp_path: Path
+    tmp_path: Path, servers: int
 ) -> None:
     """The mark says how far a target stream acknowledged our copies; a new target stream of
     the same name holds none of them, and gets what the checkpoint says, as without the mark."""
-    src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "ORDERS", ["orders.>"]))
+    from nats_servers import nats_cluster
+
+    with nats_cluster(servers, "source") as source, nats_cluster(servers, "target") as target:
+        _mark_with_the_target_stream_created_again(source.url, target.url, servers, tmp_path)
+
+
+def _mark_with_the_target_stream_created_again(src: str, dst: str, servers: int, tmp_path: Path) -> None:
+    run(create_stream(src, "ORDERS", ["orders.>"], num_replicas=servers))
     # Batches of at most 1,000: the query's checkpoint surely lags the live copies at the stop.
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [_entry(src, dst, batch_max_messages=1_000)])
     rep = start_replicator(cfg)
@@ -247,7 +254,7 @@ def test_the_live_copies_mark_is_not_kept_to_once_the_target_stream_was_created_
     assert mark is not None and mark.seq == 30_000, "no mark to refuse: nothing here was tested"
 
     async def delete_target() -> None:
-        nc = await nats.connect(dst)
+        nc = await nats.connect(dst.split(","))
         try:
             await nc.jetstream().delete_stream("ORDERS")
         finally:
