@@ -126,6 +126,13 @@ def copy_header_lines(s: SinkSettings, seq: int, own: Any, ts_ms: int, msg_id: s
     return _COPY_LINES % (kept, source.encode(), msg_id.encode())
 
 
+def _above(table: pa.Table, seq: int) -> pa.Table:
+    """The rows of `table` whose source sequence is above `seq`."""
+    if table.num_rows == 0 or int(pc.min(table.column("seq")).as_py()) > seq:
+        return table
+    return table.filter(pc.greater(table.column("seq"), seq))
+
+
 def _ascending(seqs: Any) -> bool:
     if len(seqs) < 2:
         return True
@@ -390,6 +397,11 @@ class OrderedSink:
             self.account(result)
         else:
             self.wait_published()
+            if self.reads_above_floor:
+                # Copied live, the query's batches and the live copies both read the source:
+                # what one handled after the other's read is counted by the one that handled it
+                # (received once, not skipped by the other).
+                table = _above(table, self.floor)
             todo, result = self.select(table)
             if todo.num_rows:
                 # A chain by sequence (a clustered target, or one not yet looked at) can leave a

@@ -184,3 +184,30 @@ def test_rows_at_or_below_the_floor_are_passed_over() -> None:
     assert copies.first_above(4, 0) == 2
     assert copies.first_above(10, 0) == 4  # none above: past the end
     assert copies.first_above(0, 1) == 1
+
+
+def test_copied_live_what_the_other_publisher_handled_after_this_read_is_not_counted_again(
+    tmp_path: Path,
+) -> None:
+    """Copied live, a batch may hold messages that the live copies published after the batch
+    was read (or the other way round). Whoever handled them counted them: the second counts
+    only what it publishes, so `received` counts each message once and `skipped` stays 0."""
+    loop = LoopThread("test-sink")
+    sink = OrderedSink(
+        SinkSettings("nats://127.0.0.1:1", "T", "S", "dc1", "cfg", "dc1.cfg.S.1", ack_timeout=0.1),
+        loop,
+        inflight=InflightRecord(tmp_path / "inflight"),
+    )
+    try:
+        sink.reads_above_floor = True
+        msgs = [RawMessage(q, "s.a", 1_700_000_000_000_000_000, None, b"{}") for q in range(1, 6)]
+        read_before = pa.Table.from_batches([to_record_batch("S", msgs)])  # 1-5, read before 1-3 landed
+        sink.handled_up_to(3)  # the live copies' publish of 1-3 landed (and was counted there)
+        result = sink.publish_rows(read_before, 0.0)
+        assert (result.received, result.copied, result.last_seq) == (2, 2, 5)
+        left = InflightRecord(tmp_path / "inflight").read()
+        assert left is not None and (left.first_seq, left.last_seq) == (4, 5)
+    finally:
+        if sink._pending is not None:
+            sink._pending.cancel()  # its target cannot be reached
+        loop.stop()
