@@ -99,6 +99,34 @@ def numpy_check_without_pandas() -> bool:
     return True
 
 
+def accumulator_hangups_quiet() -> bool:
+    """The driver's accumulator server (pyspark.accumulators) reads updates from the JVM until
+    the JVM hangs up. Over a Unix socket (spark.python.unix.domain.socket.enabled, DEFAULT_CONF)
+    a Java thread interrupted in its I/O closes the socket, as a query stopped for a retry can;
+    pyspark then reads past the end, and socketserver prints the EOFError's traceback to stderr
+    (test_faults met it once). The hang-up is logged at debug instead; any other error is shown
+    as before. True when applied; False when pyspark has no such handler."""
+    from pyspark import accumulators
+
+    handler = getattr(accumulators, "UpdateRequestHandler", None)
+    handle = getattr(handler, "handle", None)
+    if handler is None or handle is None:
+        log.debug("pyspark has no accumulators.UpdateRequestHandler.handle: its hang-ups stay loud")
+        return False
+    if getattr(handle, "sr_quiet_hangups", False):
+        return True
+
+    def handle_until_hung_up(self: Any) -> None:
+        try:
+            handle(self)
+        except EOFError:
+            log.debug("Spark's JVM closed its accumulator connection")
+
+    handle_until_hung_up.sr_quiet_hangups = True  # type: ignore[attr-defined]
+    handler.handle = handle_until_hung_up
+    return True
+
+
 def data_source_lookup_skipped(spark: SparkSession) -> bool:
     """Whether Spark decided not to look up third-party Python data sources (its lazy
     `shouldLoadPythonDataSources`, read after the session registered a data source). Raises

@@ -17,6 +17,7 @@ from replicator.spark.internals import (
     CHECKPOINT_FILE_MANAGER,
     NO_CODEGEN_CONF,
     NO_DATA_SOURCE_LOOKUP,
+    accumulator_hangups_quiet,
     jvm_class_loads,
     numpy_check_without_pandas,
 )
@@ -120,6 +121,7 @@ def build_session(
     arguments (replicator.spark.early_jvm; it checks), waited for here. Under spark-submit, its
     JVM, master and Python settings are used: see `submitted_conf`."""
     numpy_check_without_pandas()
+    accumulator_hangups_quiet()
     submitted = submitted_conf()
     if submitted is not None:  # the cluster's file systems: left as they are
         return _submitted_session(submitted, app_name, conf, quiet)
