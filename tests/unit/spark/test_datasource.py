@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -301,3 +302,26 @@ def test_a_plan_on_a_stream_created_again_fails_the_query_in_one_line() -> None:
     unchecked._check_same_stream(info(started + 1_500_000))  # no creation given: not checked
     options = ReaderOptions(url="u", stream="REG", source_created_us=started)
     assert ReaderOptions.from_spark(options.to_spark()).source_created_us == started
+
+
+def test_a_configured_start_beyond_the_streams_end_waits_without_calling_the_stream_recreated(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """start_sequence 2,300 on a stream ending at 2,140: the query waits for 2,300, which is no
+    sign of a stream created again; a query that read up to 2,299 and finds the stream at 2,140
+    is one (logged once)."""
+    waiting = NatsJetStreamReader(
+        ReaderOptions(url="nats://127.0.0.1:1", stream="REG", initial_offset='{"seq": 2300}')
+    )
+    waiting._info = lambda: SimpleNamespace(state=SimpleNamespace(last_seq=2_140))  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING):
+        assert waiting.latestOffset({"seq": 2_300}, waiting.getDefaultReadLimit()) == {"seq": 2_300}
+    assert "recreated" not in caplog.text
+    read_on = NatsJetStreamReader(
+        ReaderOptions(url="nats://127.0.0.1:1", stream="REG", initial_offset='{"seq": 1}')
+    )
+    read_on._info = waiting._info  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING):
+        read_on.latestOffset({"seq": 2_300}, read_on.getDefaultReadLimit())
+        read_on.latestOffset({"seq": 2_300}, read_on.getDefaultReadLimit())
+    assert caplog.text.count("already read up to 2299: the stream was recreated") == 1
