@@ -123,6 +123,7 @@ def accumulator_hangups_quiet() -> bool:
             log.debug("Spark's JVM closed its accumulator connection")
 
     handle_until_hung_up.sr_quiet_hangups = True  # type: ignore[attr-defined]
+    handle_until_hung_up.sr_wrapped = handle  # type: ignore[attr-defined]  # pyspark's, for tests
     handler.handle = handle_until_hung_up
     return True
 
