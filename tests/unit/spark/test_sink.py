@@ -74,19 +74,26 @@ def test_the_first_batch_on_a_target_not_yet_looked_at_is_recorded_as_possibly_l
         loop.stop()
 
 
-def test_copied_live_a_batch_reads_above_the_publish_in_hand_and_fails_if_that_fails(tmp_path: Path) -> None:
-    """Copied live, a batch of the query leaves out what is being published (it was read and
-    dropped, and the driver's reads slowed the live copies). Safe only because the batch waits
-    for that publish and fails with it: here the live publish of 1-3 cannot reach the target,
-    so the batch that did not read 1-3 is never committed, and the record keeps 1-3 for catch_up."""
+def _copying_live_to_nowhere(tmp_path: Path) -> tuple[LoopThread, OrderedSink]:
+    """A sink copying live (reads above the floor), with an in-flight record, whose target
+    cannot be reached: its publishes stay pending until cancelled."""
     loop = LoopThread("test-sink")
     sink = OrderedSink(
         SinkSettings("nats://127.0.0.1:1", "T", "S", "dc1", "cfg", "dc1.cfg.S.1", ack_timeout=0.1),
         loop,
         inflight=InflightRecord(tmp_path / "inflight"),
     )
+    sink.reads_above_floor = True
+    return loop, sink
+
+
+def test_copied_live_a_batch_reads_above_the_publish_in_hand_and_fails_if_that_fails(tmp_path: Path) -> None:
+    """Copied live, a batch of the query leaves out what is being published (it was read and
+    dropped, and the driver's reads slowed the live copies). Safe only because the batch waits
+    for that publish and fails with it: here the live publish of 1-3 cannot reach the target,
+    so the batch that did not read 1-3 is never committed, and the record keeps 1-3 for catch_up."""
+    loop, sink = _copying_live_to_nowhere(tmp_path)
     try:
-        sink.reads_above_floor = True
 
         def table_of(seqs: range) -> pa.Table:
             msgs = [RawMessage(q, "s.a", 1_700_000_000_000_000_000, None, b"{}") for q in seqs]
@@ -192,14 +199,8 @@ def test_copied_live_what_the_other_publisher_handled_after_this_read_is_not_cou
     """Copied live, a batch may hold messages that the live copies published after the batch
     was read (or the other way round). Whoever handled them counted them: the second counts
     only what it publishes, so `received` counts each message once and `skipped` stays 0."""
-    loop = LoopThread("test-sink")
-    sink = OrderedSink(
-        SinkSettings("nats://127.0.0.1:1", "T", "S", "dc1", "cfg", "dc1.cfg.S.1", ack_timeout=0.1),
-        loop,
-        inflight=InflightRecord(tmp_path / "inflight"),
-    )
+    loop, sink = _copying_live_to_nowhere(tmp_path)
     try:
-        sink.reads_above_floor = True
         msgs = [RawMessage(q, "s.a", 1_700_000_000_000_000_000, None, b"{}") for q in range(1, 6)]
         read_before = pa.Table.from_batches([to_record_batch("S", msgs)])  # 1-5, read before 1-3 landed
         sink.handled_up_to(3)  # the live copies' publish of 1-3 landed (and was counted there)
