@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,9 @@ from helpers import (
 from nats_servers import NatsCluster
 
 from harness.streams import count_messages as count
+from replicator.config import load_config
+from replicator.entry_files import live_mark_path
+from replicator.live_mark import read_live_mark
 
 pytestmark = pytest.mark.integration
 
@@ -141,3 +145,42 @@ def test_a_stop_while_copying_ahead_is_clean_and_the_next_start_goes_on(
     assert "Traceback" not in out and " ERROR " not in out, out
     run_until_handled(cfg, src, "ORDERS")
     assert copied_source_sequences(dst, "ORDERS") == list(range(1, 60_001)), "each once, in order"
+
+
+@pytest.mark.parametrize("servers", [1, 3], ids=["single", "r3"])
+def test_a_stop_while_copying_ahead_leaves_a_mark_the_next_start_keeps_to_past_the_duplicate_window(
+    tmp_path: Path, servers: int
+) -> None:
+    """An entry stopped among its copies ahead, before its query started, leaves its checkpoint
+    where the last run ended. A start finds its last copy in the target's tail, but not once
+    another writer has stored 10,000 messages after it: past the target's duplicate window, it
+    would store the copies ahead again. The stop writes how far the target acknowledged them."""
+    from nats_servers import nats_cluster
+
+    with nats_cluster(servers, "source") as source, nats_cluster(servers, "target") as target:
+        src, dst = source.url, target.url
+        run(create_stream(dst, "ORDERS", ["orders.>", "other.>"], duplicate_window=1.0, num_replicas=servers))
+        cfg = _backlog(src, dst, tmp_path, 20_000, replicas=servers)
+        run_until_handled(cfg, src, "ORDERS")  # a checkpoint with batches committed
+        run(publish(src, [(f"orders.{i % 13}", registration(i, 500), None) for i in range(20_000, 80_000)]))
+        rep = start_replicator(cfg)
+        wait_for(lambda: run(count(dst, "ORDERS")) >= 21_000, SLOW_S, "copies ahead under way", rep)
+        assert rep.proc is not None
+        os.killpg(rep.proc.pid, signal.SIGTERM)
+        assert rep.proc.wait(60) == 0, rep.output()
+        out = rep.output(10**9)
+        assert "ahead of the query" in out and "replicating to" not in out, (
+            "the query started: nothing here was tested"
+        )
+        stored = run(count(dst, "ORDERS"))
+        assert stored < 80_000
+        loaded = load_config(cfg)
+        mark = read_live_mark(live_mark_path(loaded, loaded.streams[0]))
+        assert mark is not None and mark.seq == stored and mark.target_seq == stored, (mark, stored)
+        # Another writer buries our last copy; the duplicate window passes (the server drops
+        # the ids it keeps a moment after the window: twice as long).
+        run(publish(dst, [(f"other.{i}", b"theirs", None) for i in range(10_001)]))
+        time.sleep(2.0)
+        run_until_handled(cfg, src, "ORDERS")
+        ours = [seq for seq in copied_source_sequences(dst, "ORDERS") if seq > 0]  # -1: theirs
+        assert ours == list(range(1, 80_001)), f"{len(ours) - 80_000} copies stored again"

@@ -213,7 +213,7 @@ def _restart_after_live_copies_past_the_duplicate_window(
     assert mark is not None and mark.seq == 30_000 and mark.target_seq >= 30_000, mark
     # Another writer buries our last copy; the duplicate window passes.
     run(publish(dst, [(f"other.{i}", b"theirs", None) for i in range(10_001)]))
-    time.sleep(1.5)
+    time.sleep(2.0)  # the server drops its ids a moment after the window
     run(publish(src, [(f"orders.{i % 13}", registration(i, 200), None) for i in range(30_000, 30_100)]))
     rep = start_replicator(cfg)
     try:

@@ -1,5 +1,5 @@
 """Cluster mode, proven: the same job on a Spark standalone master + worker started from the
-pyspark package on this machine."""
+pyspark package on this machine, with live copies where the config asks for them."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from helpers import (
     run,
     start_replicator,
     wait_for,
+    wait_handled,
     write_config,
 )
 
@@ -86,3 +87,39 @@ def test_subject_lanes_are_published_by_the_standalone_workers_executor(
         assert mark is not None
         by_subject.setdefault(m.subject, []).append(mark.sequence)
     assert by_subject == {f"ln.{k}": list(range(k + 1, 5_001, 7)) for k in range(7)}
+
+
+def test_copy_live_on_a_cluster_copies_each_message_once_in_order(
+    spark_standalone: str, source_server, nats_server, tmp_path: Path
+) -> None:
+    """On a cluster, live copies run only when asked (copy_live: true): the driver copies as the
+    source stores each message while the query's batches, planned for the worker's executor,
+    read only what the target lacks. Together they must copy each message once, in order."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "LV", ["lv.>"]))
+    run(publish(src, [(f"lv.{i % 5}", registration(i), None) for i in range(5_000)]))
+    entry = {
+        "stream": "LV",
+        "source_url": src,
+        "target_url": dst,
+        "copy_live": True,
+        "batch_max_messages": 2_000,
+    }
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry],
+                       spark_conf={"spark.driver.host": "127.0.0.1", "spark.cores.max": "2"})  # fmt: skip
+    rep = start_replicator(cfg, "--spark-master", spark_standalone)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_for(lambda: "copying new messages live" in rep.output(10**9), SLOW_S, "copying live", rep)
+        # Bursts above what the driver reads itself (driver_reads: auto, 1,000 on a cluster), so
+        # that a batch can be read on the executor while the live copies publish.
+        for burst in range(4):
+            first = 5_000 + burst * 5_000
+            run(publish(src, [(f"lv.{i % 5}", registration(i), None) for i in range(first, first + 5_000)]))
+        wait_for(lambda: run(count(dst, "LV")) >= 25_000, SLOW_S, "the bursts copied", rep)
+        wait_handled(rep, src, "LV")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert copied_source_sequences(dst, "LV") == list(range(1, 25_001)), "each once, in order"
+    log = rep.output(10**9)
+    assert "Traceback" not in log and "live copies stopped" not in log, log
