@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -74,11 +76,13 @@ def test_the_first_batch_on_a_target_not_yet_looked_at_is_recorded_as_possibly_l
         loop.stop()
 
 
-def _copying_live_to_nowhere(tmp_path: Path) -> tuple[LoopThread, OrderedSink]:
+def _copying_live_to_nowhere(
+    tmp_path: Path, cls: type[OrderedSink] = OrderedSink
+) -> tuple[LoopThread, OrderedSink]:
     """A sink copying live (reads above the floor), with an in-flight record, whose target
     cannot be reached: its publishes stay pending until cancelled."""
     loop = LoopThread("test-sink")
-    sink = OrderedSink(
+    sink = cls(
         SinkSettings("nats://127.0.0.1:1", "T", "S", "dc1", "cfg", "dc1.cfg.S.1", ack_timeout=0.1),
         loop,
         inflight=InflightRecord(tmp_path / "inflight"),
@@ -122,6 +126,54 @@ def test_copied_live_a_batch_reads_above_the_publish_in_hand_and_fails_if_that_f
         left = InflightRecord(tmp_path / "inflight").read()
         assert left is not None and (left.first_seq, left.last_seq) == (1, 3)
         assert sink.floor == 0
+    finally:
+        if sink._pending is not None:
+            sink._pending.cancel()
+        loop.stop()
+
+
+class _WaiterPreempted(OrderedSink):
+    """A sink whose waiter on the thread named "waiter" is preempted right after it read the
+    publish in hand a second time (to forget it), while `preempt` runs on another thread."""
+
+    preempt: threading.Thread | None = None
+    _waiter_reads = 0
+
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if name == "_pending" and threading.current_thread().name == "waiter":
+            reads = object.__getattribute__(self, "_waiter_reads") + 1
+            object.__setattr__(self, "_waiter_reads", reads)
+            other = object.__getattribute__(self, "preempt")
+            if reads == 2 and other is not None:
+                other.start()
+                other.join(0.5)  # it may have to wait for the waiter: then the waiter goes on
+        return value
+
+
+def test_a_wait_outside_the_publishing_lock_never_forgets_the_next_batchs_publish(tmp_path: Path) -> None:
+    """The live copies wait for the last publish's acks without the publishing lock. A batch of
+    the query may submit its own publish between that wait's check and its forgetting the one it
+    waited for: were the batch's forgotten, the next batch would not wait for it and would be
+    committed while it may yet fail (found by review of 405e55c)."""
+    loop, sink = _copying_live_to_nowhere(tmp_path, _WaiterPreempted)
+    assert isinstance(sink, _WaiterPreempted)
+    try:
+        acknowledged: concurrent.futures.Future[None] = concurrent.futures.Future()
+        acknowledged.set_result(None)
+        sink._pending = acknowledged  # the live copies' publish, done
+        msgs = [RawMessage(q, "s.a", 1_700_000_000_000_000_000, None, b"{}") for q in (1, 2)]
+        sink.small_batches = lambda batch_id, above: pa.Table.from_batches([to_record_batch("S", msgs)])
+        sink.preempt = threading.Thread(target=sink, args=(None, 0), name="batch")  # publishes 1-2
+        waiter = threading.Thread(target=sink.wait_published, args=(1,), name="waiter")
+        waiter.start()
+        waiter.join(5)
+        sink.preempt.join(5)
+        assert not waiter.is_alive() and not sink.preempt.is_alive()
+        assert sink._pending is not None and sink._pending is not acknowledged, (
+            "the batch's publish was forgotten"
+        )
+        assert sink.still_publishing()
     finally:
         if sink._pending is not None:
             sink._pending.cancel()
