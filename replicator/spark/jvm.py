@@ -1,11 +1,11 @@
 """JVM options for the Spark driver, and its class-data-sharing archive.
 
 Measured with `make bench` on 2 cores: the JIT's C2 compiler threads took more CPU than the
-copy itself during the first minutes (4.1 of 7.3 CPU-s for 100,000 messages), so a copy-only
-driver runs C1 only (`-XX:TieredStopAtLevel=1`) with the serial collector. Loading Spark's ~20,000
-classes costs seconds at every start; a dynamic CDS archive of them (`stream-replicator
-jvm-archive`, run by `make install`) cut session start from ~9 s to ~6 s and the first job from
-~2.7 s to ~1.4 s.
+copy itself during the first minutes (4.1 of 7.3 CPU-s for 100,000 messages), so the driver
+runs C1 only (`-XX:TieredStopAtLevel=1`), a copy-only one with the serial collector. Loading
+Spark's ~20,000 classes costs seconds at every start; a dynamic CDS archive of them
+(`stream-replicator jvm-archive`, run by `make install`) cut session start from ~9 s to ~6 s
+and the first job from ~2.7 s to ~1.4 s.
 
 An archive is tied to one JVM and one classpath (the venv's pyspark jars), so its file name
 carries a hash of both. A truncated archive crashes the JVM, so the JVM writes to a partial
@@ -24,12 +24,14 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 # For copy-only jobs, where the JVM's own work is light (1.1 of its 7.3 CPU-s) and C2's
-# compiling was the cost: C1 only, and the serial collector. Sampling makes the JVM shuffle and
-# keep state for hours, the steady-state work C2 and the parallel collector exist for, so jobs
-# with a sampled stream keep the JVM's defaults. Not shown by a measurement either way:
-# `make bench` at 1,000,000 senders gave 12,868 and 11,220 msg/s with C2, 11,417 and 11,696
-# with C1 only, and steady-100k fell behind its compressed fleet with both settings.
+# compiling was the cost: C1 only, and the serial collector.
 LIGHT_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+# For jobs with a sampled stream, which shuffle and keep state: C1 only too, with the JVM's
+# default collector. C2 was still compiling Spark's per-batch code minutes in, a third of the
+# replicator's CPU while every sender is new (at a start, a failover, a catch-up); C1's code
+# costs the JVM's own work ~1.1x, which a fleet's real rate (100,000 nodes: 333 msg/s) hardly
+# feels. `bench.sampling_bench` and steady-100k side by side: docs/performance.md, 2026-12-02.
+SAMPLING_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1"]
 # When no batch's rows pass through the JVM (the driver reads every copy batch itself): the heap
 # starts at 32 MB and grows as it fills, rather than at 1/64 of the machine's memory (384 MB
 # here), most of which the collector touched before its first collection. `bench.memory_probe`:
@@ -73,7 +75,7 @@ def partial_path(archive: Path) -> Path:
 
 
 def driver_java_options(create_archive: bool = False, light: bool = True, small_heap: bool = False) -> str:
-    opts = list(LIGHT_JVM_OPTIONS) if light else []
+    opts = list(LIGHT_JVM_OPTIONS if light else SAMPLING_JVM_OPTIONS)
     if light and small_heap:
         opts += SMALL_FIRST_HEAP
     archive = archive_path()
