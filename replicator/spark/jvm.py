@@ -29,7 +29,7 @@ LIGHT_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
 # For jobs with a sampled stream, which shuffle and keep state: C1 only too, with the JVM's
 # default collector. C2 was still compiling Spark's per-batch code minutes in, a third of the
 # replicator's CPU while every sender is new (at a start, a failover, a catch-up); C1's code
-# costs the JVM's own work ~1.1x, which a fleet's real rate (100,000 nodes: 333 msg/s) hardly
+# costs the JVM's own work up to 1.1x, which a fleet's real rate (100,000 nodes: 333 msg/s) hardly
 # feels. `bench.sampling_bench` and steady-100k side by side: docs/performance.md, 2026-12-02.
 SAMPLING_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1"]
 # When no batch's rows pass through the JVM (the driver reads every copy batch itself): the heap
