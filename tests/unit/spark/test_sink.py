@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -132,12 +133,32 @@ def test_copied_live_a_batch_reads_above_the_publish_in_hand_and_fails_if_that_f
         loop.stop()
 
 
+class _BlockedSeen:
+    """The sink's `_pending_lock`, noting when the thread named "batch" finds it held."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.blocked = inner, threading.Event()
+
+    def __enter__(self) -> Any:
+        if threading.current_thread().name == "batch" and getattr(self.inner, "locked", lambda: False)():
+            self.blocked.set()
+        return self.inner.__enter__()
+
+    def __exit__(self, *exc: object) -> Any:
+        return self.inner.__exit__(*exc)
+
+
 class _WaiterPreempted(OrderedSink):
     """A sink whose waiter on the thread named "waiter" is preempted right after it read the
-    publish in hand a second time (to forget it), while `preempt` runs on another thread."""
+    publish in hand a second time (to forget it), while `preempt` runs on another thread until
+    it ends or waits for the waiter's lock (no fixed time: a loaded machine cannot hide the race)."""
 
     preempt: threading.Thread | None = None
     _waiter_reads = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending_lock = _BlockedSeen(self._pending_lock)  # type: ignore[assignment]
 
     def __getattribute__(self, name: str) -> Any:
         value = object.__getattribute__(self, name)
@@ -145,9 +166,12 @@ class _WaiterPreempted(OrderedSink):
             reads = object.__getattribute__(self, "_waiter_reads") + 1
             object.__setattr__(self, "_waiter_reads", reads)
             other = object.__getattribute__(self, "preempt")
+            blocked = object.__getattribute__(self, "_pending_lock").blocked
             if reads == 2 and other is not None:
                 other.start()
-                other.join(0.5)  # it may have to wait for the waiter: then the waiter goes on
+                deadline = time.monotonic() + 30
+                while other.is_alive() and not blocked.is_set() and time.monotonic() < deadline:
+                    other.join(0.01)
         return value
 
 
