@@ -181,6 +181,13 @@ def test_a_stop_while_copying_ahead_leaves_a_mark_the_next_start_keeps_to_past_t
         # the ids it keeps a moment after the window: twice as long).
         run(publish(dst, [(f"other.{i}", b"theirs", None) for i in range(10_001)]))
         time.sleep(2.0)
-        run_until_handled(cfg, src, "ORDERS")
+        rep = start_replicator(cfg)
+        try:
+            rep.wait_ready(SLOW_S)
+            wait_handled(rep, src, "ORDERS")
+        finally:
+            assert rep.stop() == 0, rep.output()
         ours = [seq for seq in copied_source_sequences(dst, "ORDERS") if seq > 0]  # -1: theirs
         assert ours == list(range(1, 80_001)), f"{len(ours) - 80_000} copies stored again"
+        # Kept to the mark, not saved by the server's duplicate ids (their purge has no deadline).
+        assert f"the last run's live copies reached source sequence {stored}" in rep.output(10**9)
