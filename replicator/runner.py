@@ -10,7 +10,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from replicator.spark.planners import SOURCE_CREATION_MODULES, planners_left, re
 from replicator.spark.session import build_session
 from replicator.spark.session_args import SessionArgs, resolve_master, session_args
 from replicator.spark.warmup import warm_task_workers
+from replicator.stop_deadline import StopDeadline, StopSteps
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,6 +85,9 @@ class Runner:
             self.readiness.set(r.label, StreamState.STARTING)
         self.heartbeats: Heartbeats | None = None
         self._heartbeats_run: concurrent.futures.Future[None] | None = None
+        # From the first request to stop, the process ends within STOP_DEADLINE_S.
+        self._stop_steps = StopSteps()
+        self._stop_deadline = StopDeadline(STOP_DEADLINE_S, self._stop_steps)
         # Set by `stream-replicator jvm-archive`: the JVM dumps its loaded classes when it ends.
         self.create_class_archive = create_class_archive
 
@@ -94,8 +98,10 @@ class Runner:
         if not self.stop_event.is_set():
             log.info("stop requested; finishing the current batches")
         self.stop_event.set()
+        self._stop_deadline.start()
 
     def run(self, on_progress: Callable[[Runner], None] | None = None) -> int:
+        self._stop_deadline.watched = threading.current_thread()
         if serve(self.cfg.monitor_port, self.readiness, self.cfg.monitor_address, self.cfg.profiling):
             log.info(
                 "monitoring on http://%s:%d (/metrics, /healthz, /readyz)",
@@ -406,9 +412,11 @@ class Runner:
             self.jvm.abandon()
 
     def shutdown(self) -> None:
-        """Stop queries and Spark; bounded, so SIGTERM always ends the process in time."""
+        """Stop queries and Spark; bounded, so SIGTERM always ends the process in time: the
+        deadline runs from the request to stop (or from here, when the run ends of itself)."""
         done = threading.Event()
-        steps = _StopSteps()
+        steps = self._stop_steps
+        self._stop_deadline.start()
 
         def _stop() -> None:
             for r in self.replications:
@@ -432,44 +440,10 @@ class Runner:
             done.set()
 
         threading.Thread(target=_stop, name="shutdown", daemon=True).start()
-        if not done.wait(STOP_DEADLINE_S):
-            log.error(
-                "clean stop took longer than %.0fs (%s); exiting now", STOP_DEADLINE_S, steps.describe()
-            )
-            os._exit(1)
+        if not done.wait(self._stop_deadline.remaining()):
+            self._stop_deadline.expire()  # logs where it was, and exits
+        self._stop_deadline.done()
         log.info("stopped")
-
-
-class _StopSteps:
-    """What a stop is doing and what took long so far: a stop past its deadline says where it
-    was (on a loaded machine, a batch, Spark's own stop or a server may be slow to answer)."""
-
-    SLOW_S = 2.0
-
-    def __init__(self) -> None:
-        self.current: str | None = None
-        self.began = 0.0
-        self.slow: list[str] = []
-
-    @contextlib.contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        self.began = began = time.monotonic()
-        self.current = name
-        try:
-            yield
-        finally:
-            took = time.monotonic() - began
-            self.current = None
-            if took >= self.SLOW_S:
-                self.slow.append(f"{name} {took:.1f} s")
-                log.info("stopping %s took %.1f s", name, took)
-
-    def describe(self) -> str:
-        current = self.current
-        now = (
-            f"still stopping {current}, for {time.monotonic() - self.began:.1f} s" if current else "stopping"
-        )
-        return now + (f"; before that {', '.join(self.slow)}" if self.slow else "")
 
 
 @dataclass

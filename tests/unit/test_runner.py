@@ -217,20 +217,6 @@ def test_a_spark_master_in_spark_conf_is_the_master_every_choice_is_made_from(tm
     assert master({}, None) == "local[*]"
 
 
-def test_a_stop_past_its_deadline_says_which_step_it_was_in_and_what_was_slow(monkeypatch) -> None:
-    from replicator.runner import _StopSteps
-
-    steps = _StopSteps()
-    monkeypatch.setattr(_StopSteps, "SLOW_S", 0.0)  # every step counts as slow
-    with steps.step("REG/dc1's query"):
-        pass
-    with steps.step("Spark"):
-        assert steps.describe().startswith("still stopping Spark, for 0.")
-        assert "s; before that REG/dc1's query " in steps.describe()
-    assert steps.describe().startswith("stopping; before that REG/dc1's query ")
-    assert ", Spark " in steps.describe()
-
-
 def test_a_leader_that_fails_hands_its_key_over_for_its_retry_wait_and_stands_by() -> None:
     """A leader whose start keeps failing (a refused sampling_buckets, a bad state file) kept
     the key and retried forever, while a peer that could copy stood by."""
