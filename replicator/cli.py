@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,8 +98,7 @@ def run(
     from replicator.runner import Runner
 
     runner = Runner(cfg, streams, spark_master, jvm=jvm)
-    signal.signal(signal.SIGTERM, runner.request_stop)
-    signal.signal(signal.SIGINT, runner.request_stop)
+    runner.install_stop_signals()
     try:
         code = runner.run()
     except (RuntimeError, OSError, TimeoutError) as e:

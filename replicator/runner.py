@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import re
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from replicator.spark.session import build_session
 from replicator.spark.session_args import SessionArgs, resolve_master, session_args
 from replicator.spark.warmup import warm_task_workers
 from replicator.stop_deadline import StopDeadline, StopSteps
+from replicator.stop_signals import StopSignals
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -88,11 +88,19 @@ class Runner:
         # From the first request to stop, the process ends within STOP_DEADLINE_S.
         self._stop_steps = StopSteps()
         self._stop_deadline = StopDeadline(STOP_DEADLINE_S, self._stop_steps)
+        self._stop_signals: StopSignals | None = None
         # Set by `stream-replicator jvm-archive`: the JVM dumps its loaded classes when it ends.
         self.create_class_archive = create_class_archive
 
     def session_args(self) -> SessionArgs:
         return session_args(self.cfg, self.streams, self.master, self.create_class_archive)
+
+    def install_stop_signals(self) -> None:
+        """SIGTERM and SIGINT ask this runner to stop, through a thread of their own
+        (replicator.stop_signals: a handler calling request_stop could deadlock)."""
+        if self._stop_signals is None:
+            self._stop_signals = StopSignals(self.request_stop)
+        self._stop_signals.install()
 
     def request_stop(self, *_: object) -> None:
         if not self.stop_event.is_set():
@@ -140,9 +148,7 @@ class Runner:
                 return self._exit_jvm_gone(e)
             log.info("Spark started (master %s)", self.spark.sparkContext.master)
             # PySpark installs its own SIGINT handler when the context starts; ours must win.
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGINT, self.request_stop)
-                signal.signal(signal.SIGTERM, self.request_stop)
+            self.install_stop_signals()
             listen_to_batches(self.spark, self._on_batch)
             if self.cfg.profiling and self.spark.sparkContext.uiWebUrl:
                 log.info("profiling: Spark's web UI at %s", self.spark.sparkContext.uiWebUrl)
@@ -363,9 +369,7 @@ class Runner:
     def _heartbeats_only(self) -> int:
         """A file with heartbeats and no streams (Choria's runs it): no Spark, only heartbeats."""
         log.info("no streams configured: sending heartbeats only")
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self.request_stop)
-            signal.signal(signal.SIGTERM, self.request_stop)
+        self.install_stop_signals()
         try:
             self.stop_event.wait()
         finally:

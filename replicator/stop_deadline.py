@@ -100,7 +100,7 @@ class StopDeadline:
         self._expired = False
 
     def start(self) -> None:
-        """Idempotent; safe in a signal handler (it only starts a thread)."""
+        """Idempotent: a second request keeps the first deadline."""
         with self._lock:
             if self._due is not None:
                 return
