@@ -106,6 +106,7 @@ def run(
         runner.shutdown()
         _fail(str(e) or type(e).__name__)
         return
+    runner.ignore_stop_signals()  # stopped: a Ctrl-C now must not turn exit 0 into a kill
     sys.exit(code)
 
 

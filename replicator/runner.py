@@ -102,6 +102,32 @@ class Runner:
             self._stop_signals = StopSignals(self.request_stop)
         self._stop_signals.install()
 
+    def ignore_stop_signals(self) -> None:
+        """The run has ended: see StopSignals.ignore_after_stop."""
+        if self._stop_signals is not None:
+            self._stop_signals.ignore_after_stop()
+
+    def _build_session(self, args: SessionArgs) -> SparkSession:
+        """The session, built on a thread of its own: PySpark gives a context made on the main
+        thread a SIGINT handler that raises KeyboardInterrupt wherever that thread is (mid-call
+        to the JVM, say), which would skip the clean stop. Off the main thread it installs none,
+        and a Ctrl-C meanwhile goes to ours (replicator.stop_signals)."""
+        built: list[SparkSession] = []
+        failed: list[BaseException] = []
+
+        def build() -> None:
+            try:
+                built.append(build_session(**args.kwargs(), launched=self.jvm))
+            except BaseException as e:  # raised again on the main thread, as if built there
+                failed.append(e)
+
+        builder = threading.Thread(target=build, name="spark-session", daemon=True)
+        builder.start()
+        builder.join()
+        if failed:
+            raise failed[0]
+        return built[0]
+
     def request_stop(self, *_: object) -> None:
         if not self.stop_event.is_set():
             log.info("stop requested; finishing the current batches")
@@ -135,6 +161,7 @@ class Runner:
                     raise e
                 self._stop_heartbeats()
                 self._abandon_jvm()
+                self._stop_deadline.done()  # a stop while a source was awaited: done
                 return 0
             self.readiness.set(r.label, StreamState.STARTING)
         # The first copies go out while the session starts, not after it (replicator.head_start).
@@ -143,12 +170,10 @@ class Runner:
         log.info("starting Spark")
         try:
             try:
-                self.spark = build_session(**args.kwargs(), launched=self.jvm)
+                self.spark = self._build_session(args)
             except JvmGone as e:
                 return self._exit_jvm_gone(e)
             log.info("Spark started (master %s)", self.spark.sparkContext.master)
-            # PySpark installs its own SIGINT handler when the context starts; ours must win.
-            self.install_stop_signals()
             listen_to_batches(self.spark, self._on_batch)
             if self.cfg.profiling and self.spark.sparkContext.uiWebUrl:
                 log.info("profiling: Spark's web UI at %s", self.spark.sparkContext.uiWebUrl)
@@ -402,6 +427,7 @@ class Runner:
         # As for a JVM that dies under a running session: exit 1, for the service to restart.
         log.error("%s; exiting (exit status 1) so that the service is restarted", e)
         self._stop_heartbeats()
+        self._stop_deadline.done()
         return 1
 
     def _stop_preparing(self) -> bool:

@@ -10,10 +10,13 @@ which takes no Python lock; the relay thread reads it and asks the runner to sto
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -37,6 +40,19 @@ class StopSignals:
             for s in STOP_SIGNALS:
                 signal.signal(s, self.handle)
 
+    def ignore_after_stop(self) -> None:
+        """The run has ended: a signal from now on is ignored. As the interpreter exits, Python
+        gives the default action (death by the signal) back to every signal it handled, so a
+        second Ctrl-C while it exits would turn a clean stop's exit 0 into a kill; only an
+        ignored signal stays ignored. What is left is the interpreter's own exit; SIGKILL
+        still ends it."""
+        if threading.current_thread() is threading.main_thread():
+            for s in STOP_SIGNALS:
+                signal.signal(s, signal.SIG_IGN)
+
     def _relay(self) -> None:
         while os.read(self._read, 64):
-            self._on_stop()
+            try:
+                self._on_stop()
+            except Exception:  # the next signal must still be heard
+                log.exception("handling a stop signal")

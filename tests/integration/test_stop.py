@@ -3,6 +3,7 @@ group. It stops cleanly (one line, no traceback, exit 0) and the next start cont
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -119,3 +120,29 @@ def test_a_stop_signal_while_caught_up_and_waiting_for_news_is_clean(
 
     run(publish(src, [(f"orders.{i % 13}", registration(i), None) for i in range(n, n + 200)]))
     restart_and_check_exact(cfg, dst, n + 200)
+
+
+def test_ctrl_c_pressed_again_and_again_while_spark_starts_is_one_clean_stop(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """A user who presses Ctrl-C while Spark starts, and again while it still has not stopped,
+    gets the one clean stop: PySpark gives a context made on the main thread a SIGINT handler
+    that raises KeyboardInterrupt wherever that thread is, which skipped the stop (no `stopped`,
+    a traceback, no mark of the copies made ahead). The next start continues exactly."""
+    dst = nats_server.url
+    cfg, n = orders_backlog(source_server.url, dst, tmp_path, 20_000, batch_max_messages=500)
+    rep = start_replicator(cfg)
+    assert rep.proc is not None
+    wait_for(lambda: "starting Spark" in rep.output(10**9), SLOW_S, "Spark starting", rep)
+    until = time.monotonic() + 90
+    while rep.proc.poll() is None and time.monotonic() < until:  # every 50 ms, as an impatient user
+        with contextlib.suppress(ProcessLookupError):  # it ended since the poll
+            os.killpg(rep.proc.pid, signal.SIGINT)
+        time.sleep(0.05)
+    out = rep.output(10**9)
+    assert rep.proc.wait(1) == 0, out
+    assert out.count("stop requested") == 1, out
+    assert [line for line in out.splitlines() if line.endswith(" stopped")], out
+    assert not [n for n in NOISE if n in out], out
+
+    restart_and_check_exact(cfg, dst, n)

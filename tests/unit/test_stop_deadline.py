@@ -4,6 +4,7 @@ replicator's thread is stuck, and says where (docs/operations.md: "a stop that t
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -109,4 +110,5 @@ def test_a_shutdown_under_way_is_described_by_its_step(caplog: pytest.LogCapture
         deadline.start()
         assert exit_now.called.wait(WAIT_S)
     [line] = [r.getMessage() for r in caplog.records if "clean stop took longer" in r.getMessage()]
-    assert "(still stopping S/dc1's query, for 0." in line, line
+    # Any duration: a loaded machine wakes the watcher late.
+    assert re.search(r"\(still stopping S/dc1.s query, for \d+\.\d s\)", line), line

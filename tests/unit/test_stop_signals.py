@@ -59,3 +59,36 @@ def test_stop_signals_are_installed_on_the_main_thread_only(tmp_path: Path) -> N
     worker.start()
     worker.join()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+# Signalled while the interpreter tears its modules down (after Python has given every signal
+# it handled its default action back), as the replicator's exit after "stopped" is.
+_SIGNALLED_AS_IT_EXITS = """
+import os, sys, time
+from replicator.stop_signals import StopSignals
+
+relay = StopSignals(int)  # (a lambda would keep this module alive past the teardown)
+relay.install()
+relay.ignore_after_stop()
+
+
+class Exiting:
+    def __del__(self, write=os.write, sleep=time.sleep):
+        write(1, b"exiting\\n")
+        sleep(3)
+
+
+keep = Exiting()
+sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_while_the_interpreter_exits_after_the_stop_keeps_exit_0(sig: signal.Signals) -> None:
+    """A second Ctrl-C as the process exits after a clean stop must not end it as a kill
+    (exit -2), as a test pressing it every 50 ms found it did."""
+    child = subprocess.Popen([sys.executable, "-c", _SIGNALLED_AS_IT_EXITS], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    assert child.stdout.readline() == b"exiting\n"
+    child.send_signal(sig)
+    assert child.wait(60) == 0
