@@ -104,9 +104,10 @@ def run(
     except (RuntimeError, OSError, TimeoutError) as e:
         # Setup problems (no target stream, unreachable server): one line, no traceback.
         runner.shutdown()
+        runner.ignore_stop_signals()
         _fail(str(e) or type(e).__name__)
         return
-    runner.ignore_stop_signals()  # stopped: a Ctrl-C now must not turn exit 0 into a kill
+    runner.ignore_stop_signals()  # stopped: a Ctrl-C now must not turn its exit status into a kill
     sys.exit(code)
 
 

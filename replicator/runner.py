@@ -122,8 +122,10 @@ class Runner:
                 failed.append(e)
 
         builder = threading.Thread(target=build, name="spark-session", daemon=True)
+        watched, self._stop_deadline.watched = self._stop_deadline.watched, builder
         builder.start()
         builder.join()
+        self._stop_deadline.watched = watched  # a stop stuck in the start names the builder's call
         if failed:
             raise failed[0]
         return built[0]
@@ -136,6 +138,7 @@ class Runner:
 
     def run(self, on_progress: Callable[[Runner], None] | None = None) -> int:
         self._stop_deadline.watched = threading.current_thread()
+        self.install_stop_signals()  # for every caller (the CLI, the demo, jvm-archive)
         if serve(self.cfg.monitor_port, self.readiness, self.cfg.monitor_address, self.cfg.profiling):
             log.info(
                 "monitoring on http://%s:%d (/metrics, /healthz, /readyz)",
