@@ -24,6 +24,8 @@ import warnings
 
 from pyspark import daemon
 
+from replicator.spark import stateful_arrow
+
 # pyspark's own pandas calls for a stateful pandas function (applyInPandasWithState, the sampled
 # path) pad its output with all-NA rows and concatenate: pandas 2 warns that this will type the
 # result differently in a later pandas, once per worker, and the warning reached the log at
@@ -53,6 +55,7 @@ def worker(sock: socket.socket, authenticated: bool) -> int:
 
 # The daemon's fork loop calls `worker` by its module-level name.
 daemon.worker = worker
+stateful_arrow.install()
 
 if __name__ == "__main__":
     daemon.manager()

@@ -55,80 +55,142 @@ STATE_SCHEMA = "table BINARY"
 KIND_COPY, KIND_ADVISORY, KIND_STATS = "copy", "adv", "stats"
 
 
+def decide_bucket(
+    p: SamplingParams,
+    seed: dict[int, bytes] | None,
+    bucket: int,
+    columns: BucketRows,
+    group_state: Any,
+) -> dict[str, Any]:
+    """The rules for one bucket and batch: its sender table from `group_state` (or its seed)
+    updated in place there, and the output rows (OUTPUT_SCHEMA) as columns: numpy arrays, or
+    lists holding None for a null."""
+    import numpy as np  # runs in Spark's workers
+
+    first = (seed or {}).get(bucket)  # this bucket's seed, if any
+    seeded = first is not None
+    table = state.decode(group_state.get[0] if group_state.exists else first)
+    seq_all, ts_all = columns.seq, columns.ts_ms
+    is_clock = seq_all < 0  # clock rows carry the batch's clock in ts_ms (rows.clock_batch)
+    clock_ms = int(ts_all[is_clock].max()) if is_clock.any() else table.clock_ms
+    order = np.flatnonzero(~is_clock)
+    order = order[np.argsort(seq_all[order], kind="stable")]
+    seqs, ts_ms = seq_all[order], ts_all[order]
+    sizes = columns.size[order]
+    msgs = [
+        Message(seq, sender if isinstance(sender, str) else None, ts, size, bool(force))
+        for seq, sender, ts, size, force in zip(
+            seqs.tolist(),
+            columns.sender[order].tolist(),
+            ts_ms.tolist(),
+            sizes.tolist(),
+            columns.force[order].tolist(),
+            strict=True,
+        )
+    ]
+    copies, advs = table.process(msgs, clock_ms, p)
+    # A seeded bucket keeps its state even when empty: removed, the seed would apply again.
+    # One whose senders all left keeps it for the hour it remembers them (`admin fleet`).
+    if len(table) or seeded or table.expired:
+        group_state.update((state.encode(table),))
+    elif group_state.exists:
+        group_state.remove()
+    copied = np.flatnonzero(np.array(copies, bool))
+    n_copies, n_advs = len(copied), len(advs)
+    # Each id once: the payload's event_id is the Nats-Msg-Id the sink publishes it with.
+    event_ids = [a.event_id(p.stream) for a in advs]
+    no_copy, no_row = [None] * n_copies, [None] * (n_copies + n_advs)
+    return {
+        "kind": [KIND_COPY] * n_copies + [KIND_ADVISORY] * n_advs + [KIND_STATS],
+        "seq": np.concatenate(
+            [seqs[copied], np.array([a.seq for a in advs], np.int64), [seqs[-1] if len(seqs) else -1]]
+        ),
+        # A copy's subject, headers and payload are read back from the source by the sink
+        # (rows carry no payloads: rows.py).
+        "subject": [*no_copy, *(a.subject(p.advisory_subject) for a in advs), None],
+        "ts_ms": np.concatenate([ts_ms[copied], np.array([a.event_ms for a in advs], np.int64), [clock_ms]]),
+        "event_id": [*no_copy, *event_ids, None],
+        "data": [*no_copy, *(a.payload(p, i) for a, i in zip(advs, event_ids, strict=True)), None],
+        "size": np.concatenate([sizes[copied], np.zeros(n_advs, np.int64), [len(table)]]),
+        "event": [*no_copy, *(str(a.event) for a in advs), None],
+        "unkeyed": [*no_row, sum(m.sender is None for m in msgs)],
+        "forced": [*no_row, sum(m.force for m in msgs)],
+        "warned": [*no_row, int(table.warned.sum())],
+        "received": [*no_row, len(msgs)],
+        "received_bytes": [*no_row, int(sizes.sum())],
+        "due_ms": [*no_row, table.next_due_ms(p)],
+    }
+
+
+@dataclass(frozen=True)
+class BucketRows:
+    """One bucket's rows of a batch (DECIDE_COLUMNS but the bucket), as numpy arrays: the
+    numbers as int64, sender and force as objects (None for a null)."""
+
+    seq: Any
+    ts_ms: Any
+    size: Any
+    sender: Any
+    force: Any
+
+
 def bucket_function(
     p: SamplingParams, seed: dict[int, bytes] | None = None
 ) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    """The rules for one bucket and batch. `seed`: each bucket's first table, for a query with no
-    committed batch yet (senders imported from Choria's state: replicator.sampling.choria_state)."""
+    """The rules for one bucket and batch, as applyInPandasWithState calls them. `seed`: each
+    bucket's first table, for a query with no committed batch yet (senders imported from
+    Choria's state: replicator.sampling.choria_state). The function also carries the same
+    rules on Arrow (`arrow_decide`), which the replicator's Spark workers call instead
+    (replicator.spark.stateful_arrow): pandas on the way in and out cost them more than the
+    rules did."""
 
     def decide(key: Any, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
         import numpy as np  # runs in Spark's workers; the driver has no use for pandas
         import pandas as pd
 
-        first = (seed or {}).get(int(key[0]))  # this bucket's seed, if any
-        seeded = first is not None
-        table = state.decode(group_state.get[0] if group_state.exists else first)
         parts = list(frames)  # several when the bucket's rows exceed Spark's batch limits
         df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-        # On the columns' arrays: pandas' masks, copies and sort cost a bucket's call more than
-        # its rules did (a third of the workers' time in a live sampled stream).
-        seq_all, ts_all = df["seq"].to_numpy(np.int64), df["ts_ms"].to_numpy(np.int64)
-        is_clock = seq_all < 0  # clock rows carry the batch's clock in ts_ms (rows.clock_batch)
-        clock_ms = int(ts_all[is_clock].max()) if is_clock.any() else table.clock_ms
-        order = np.flatnonzero(~is_clock)
-        order = order[np.argsort(seq_all[order], kind="stable")]
-        seqs, ts_ms = seq_all[order], ts_all[order]
-        sizes = df["size"].to_numpy(np.int64)[order]
-        msgs = [
-            Message(seq, sender if isinstance(sender, str) else None, ts, size, bool(force))
-            for seq, sender, ts, size, force in zip(
-                seqs.tolist(),
-                df["sender"].to_numpy(object)[order].tolist(),
-                ts_ms.tolist(),
-                sizes.tolist(),
-                df["force"].to_numpy(object)[order].tolist(),
-                strict=True,
-            )
-        ]
-        copies, advs = table.process(msgs, clock_ms, p)
-        # A seeded bucket keeps its state even when empty: removed, the seed would apply again.
-        # One whose senders all left keeps it for the hour it remembers them (`admin fleet`).
-        if len(table) or seeded or table.expired:
-            group_state.update((state.encode(table),))
-        elif group_state.exists:
-            group_state.remove()
+        rows = BucketRows(
+            seq=df["seq"].to_numpy(np.int64),
+            ts_ms=df["ts_ms"].to_numpy(np.int64),
+            size=df["size"].to_numpy(np.int64),
+            sender=df["sender"].to_numpy(object),
+            force=df["force"].to_numpy(object),
+        )
+        out = decide_bucket(p, seed, int(key[0]), rows, group_state)
+        out["due_ms"] = pd.array(out["due_ms"], dtype="Int64")
         # One frame built from whole columns: concatenating frames whose columns hold None made
         # pandas test every value of them (~6 % of the workers' time at 100,000 senders).
-        copied = np.flatnonzero(np.array(copies, bool))
-        n_copies, n_advs = len(copied), len(advs)
-        # Each id once: the payload's event_id is the Nats-Msg-Id the sink publishes it with.
-        event_ids = [a.event_id(p.stream) for a in advs]
-        no_copy, no_row = [None] * n_copies, [None] * (n_copies + n_advs)
-        yield pd.DataFrame(
-            {
-                "kind": [KIND_COPY] * n_copies + [KIND_ADVISORY] * n_advs + [KIND_STATS],
-                "seq": np.concatenate(
-                    [seqs[copied], np.array([a.seq for a in advs], np.int64), [seqs[-1] if len(seqs) else -1]]
-                ),
-                # A copy's subject, headers and payload are read back from the source by the sink
-                # (rows carry no payloads: rows.py).
-                "subject": [*no_copy, *(a.subject(p.advisory_subject) for a in advs), None],
-                "ts_ms": np.concatenate(
-                    [ts_ms[copied], np.array([a.event_ms for a in advs], np.int64), [clock_ms]]
-                ),
-                "event_id": [*no_copy, *event_ids, None],
-                "data": [*no_copy, *(a.payload(p, i) for a, i in zip(advs, event_ids, strict=True)), None],
-                "size": np.concatenate([sizes[copied], np.zeros(n_advs, np.int64), [len(table)]]),
-                "event": [*no_copy, *(str(a.event) for a in advs), None],
-                "unkeyed": [*no_row, sum(m.sender is None for m in msgs)],
-                "forced": [*no_row, sum(m.force for m in msgs)],
-                "warned": [*no_row, int(table.warned.sum())],
-                "received": [*no_row, len(msgs)],
-                "received_bytes": [*no_row, int(sizes.sum())],
-                "due_ms": pd.array([*no_row, table.next_due_ms(p)], dtype="Int64"),
-            }
+        yield pd.DataFrame(out)
+
+    def arrow_decide(
+        key: tuple[Any, ...], values: pa.RecordBatch, group_state: Any, out_type: pa.StructType
+    ) -> pa.StructArray:
+        """The same rules on one bucket's rows as Arrow: a struct array of `out_type` (the
+        output schema as Spark's workers type it)."""
+        import numpy as np
+
+        def column(name: str, dtype: Any) -> Any:
+            return values.column(name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+        def objects(name: str) -> Any:
+            out = np.empty(values.num_rows, object)
+            out[:] = values.column(name).to_pylist()
+            return out
+
+        rows = BucketRows(
+            seq=column("seq", np.int64),
+            ts_ms=column("ts_ms", np.int64),
+            size=column("size", np.int64),
+            sender=objects("sender"),
+            force=objects("force"),
+        )
+        out = decide_bucket(p, seed, int(key[0]), rows, group_state)
+        return pa.StructArray.from_arrays(
+            [pa.array(out[f.name], f.type) for f in out_type], fields=list(out_type)
         )
 
+    decide.arrow_decide = arrow_decide  # type: ignore[attr-defined]
     return decide
 
 

@@ -38,6 +38,13 @@ def test_the_session_starts_this_daemon_and_its_fork_loop_calls_this_worker() ->
     assert pyspark_daemon.worker is daemon.worker
 
 
+def test_its_workers_run_the_sampled_rules_on_arrow() -> None:
+    import pyspark.worker
+
+    # The rules' Arrow form (replicator.spark.stateful_arrow), set before any worker is forked.
+    assert getattr(pyspark.worker.read_udfs, "arrow_stateful", False)
+
+
 def test_after_the_first_task_what_the_worker_holds_is_frozen_and_later_garbage_still_freed(
     tasks: list[int],
 ) -> None:
