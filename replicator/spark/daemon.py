@@ -43,6 +43,7 @@ _frozen = False
 def worker(sock: socket.socket, authenticated: bool) -> int:
     """pyspark's worker (one task), then, after the first, the long-lived objects frozen."""
     global _frozen
+    stateful_arrow.install()  # here, after the fork: see stateful_arrow's imports
     code = _pyspark_worker(sock, authenticated)
     # Only a worker that goes on to another task: pyspark's ends after a failed task, or after
     # each one without reuse.
@@ -55,7 +56,6 @@ def worker(sock: socket.socket, authenticated: bool) -> int:
 
 # The daemon's fork loop calls `worker` by its module-level name.
 daemon.worker = worker
-stateful_arrow.install()
 
 if __name__ == "__main__":
     daemon.manager()

@@ -21,9 +21,12 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    # Imported where used: the daemon installs this in each forked worker, and pyarrow (with
+    # numpy) starts threads on import, which pyspark's daemon keeps out of its fork loop.
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ PYSPARK_SERIES = "4.3."
 # The environment variable that leaves pyspark's own worker code in place (its value `pyspark`).
 WORKER_ENV = "STREAM_REPLICATOR_STATE_WORKER"
 
-ArrowDecide = Callable[[tuple[Any, ...], pa.RecordBatch, Any, pa.StructType], pa.StructArray]
+ArrowDecide = Callable[[tuple[Any, ...], "pa.RecordBatch", Any, "pa.StructType"], "pa.StructArray"]
 """(grouping key, the group's value columns, its GroupState, the output's Arrow type) -> rows."""
 
 
@@ -109,6 +112,7 @@ def _stateful_function(
     return_type: Any,
     max_records: int,
 ) -> Callable[[int, Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    import pyarrow as pa
     from pyspark.serializers import CPickleSerializer
     from pyspark.sql.pandas.types import to_arrow_type
     from pyspark.sql.streaming.state import GroupState
@@ -200,6 +204,12 @@ def _stateful_function(
                         data, states, n_data = [], [], 0
                 states.append(state_row(state))
                 state, chunks = None, []
+        if chunks:
+            # Spark ends every group with its last chunk: rows left over would go undecided.
+            raise RuntimeError(
+                f"Spark's input ended inside a group ({sum(len(c) for c in chunks)} rows with no "
+                "last chunk): set STREAM_REPLICATOR_STATE_WORKER=pyspark and report it"
+            )
         if n_data or states:
             yield record_batch(data, n_data, states)
 

@@ -38,11 +38,21 @@ def test_the_session_starts_this_daemon_and_its_fork_loop_calls_this_worker() ->
     assert pyspark_daemon.worker is daemon.worker
 
 
-def test_its_workers_run_the_sampled_rules_on_arrow() -> None:
+def test_its_workers_run_the_sampled_rules_on_arrow(tasks: list[int]) -> None:
     import pyspark.worker
 
-    # The rules' Arrow form (replicator.spark.stateful_arrow), set before any worker is forked.
+    # The rules' Arrow form (replicator.spark.stateful_arrow), set in each forked worker.
+    a, b = socket.socketpair()
+    with a, b:
+        assert daemon.worker(a, True) == 0
     assert getattr(pyspark.worker.read_udfs, "arrow_stateful", False)
+
+
+def test_the_fork_loop_starts_no_pyarrow_threads() -> None:
+    # pyarrow and numpy start threads on import; a fork beside them can deadlock a worker.
+    code = "import sys, replicator.spark.daemon; print('pyarrow' in sys.modules, 'numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
 
 
 def test_after_the_first_task_what_the_worker_holds_is_frozen_and_later_garbage_still_freed(

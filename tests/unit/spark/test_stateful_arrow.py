@@ -215,3 +215,22 @@ def test_the_environment_can_keep_pysparks_own_worker(monkeypatch: pytest.Monkey
     monkeypatch.delenv(stateful_arrow.WORKER_ENV)
     assert stateful_arrow.install() is True
     assert getattr(pyspark_worker.read_udfs, "arrow_stateful", False)
+
+
+def test_input_ending_inside_a_group_is_an_error_not_rows_left_undecided() -> None:
+    _, ours = _functions(10_000)
+    rows = [(0, -1, 1_000_000, None, False, 0), (0, 1, 1_000_000, "node1", False, 1000)]
+    columns = [pa.array(c, t) for c, t in zip(zip(*rows, strict=True), DATA_TYPES, strict=True)]
+    info = {
+        "properties": _properties(False),
+        "keyRowAsUnsafe": b"key0",
+        "object": None,
+        "startOffset": 0,
+        "numRows": 2,
+        "isLastChunk": False,  # Spark promised more of the group, then ended the input
+    }
+    batch = pa.RecordBatch.from_arrays(
+        [*columns, pa.array([info, None], STATE_INFO)], names=[*DECIDE_COLUMNS, "state"]
+    )
+    with pytest.raises(RuntimeError, match="ended inside a group"):
+        list(ours(0, iter([batch])))
