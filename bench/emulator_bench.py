@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -78,14 +79,18 @@ def run_emulator(
     summary = work / f"{mode}.json"
     cmd = [sys.executable, "-m", "emulator.cli", "run", "--scenario", str(scenario), "--url", url,
            "--mode", mode, "--create-stream", stream, "--summary", str(summary)]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     with PeakRSS(proc.pid, interval=0.1) as rss:
         _, err = proc.communicate(timeout=900)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the emulator's, once reaped
     if proc.returncode != 0:
         raise SystemExit(f"emulator ({mode}) failed:\n{err[-2000:]}")
     st = json.loads(summary.read_text())
     st["stored"] = asyncio.run(stream_count(url, stream))
     st["peak_rss_mb"] = round(rss.peak / 2**20)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    st["cpu_us_per_msg"] = round(1e6 * cpu / max(1, st["published"]), 1)
     st["nodes"] = nodes
     st["scheduled_rate"] = round(nodes / 300 * speedup)
     return st
@@ -113,7 +118,8 @@ def main() -> None:
             print(
                 f"{mode:9s}: {st['rate']:>9,.0f} msg/s achieved of {st['scheduled_rate']:,} scheduled "
                 f"({st['published']:,} published, {st['stored']:,} stored, {st['failed']} failed) "
-                f"| {st['nodes']:,} nodes, peak RSS {st['peak_rss_mb']} MB"
+                f"| {st['cpu_us_per_msg']} µs of CPU each (start included) | {st['nodes']:,} nodes, "
+                f"peak RSS {st['peak_rss_mb']} MB"
             )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))

@@ -185,6 +185,16 @@ def parse_ack_subject(reply: str) -> tuple[int, int, int]:
     raise WireError(f"not a JetStream delivery reply subject: {reply!r}")
 
 
+_ACK_SEQ = re.compile(rb'"seq":\s*(\d+)')
+
+
+def ack_seq(ack: bytes) -> int:
+    """The stream sequence a JetStream publish ack names (`{"stream":"S","seq":N}`; a duplicate's
+    ack names the sequence of the message stored first); 0 when it names none."""
+    m = _ACK_SEQ.search(ack)
+    return int(m.group(1)) if m else 0
+
+
 def check_subject(subject: str, reply: str = "") -> None:
     if not subject or _SUBJECT_INVALID.search(subject) or _SUBJECT_INVALID.search(reply):
         raise WireError(f"invalid subject {subject!r} (reply {reply!r}): no spaces or line breaks")

@@ -21,6 +21,7 @@ def publish(
     ack_every: int = 1,
     landed: list[int] | None = None,
     fast_batch: bool = False,
+    record_seqs: bool = False,
     **kw: int,
 ) -> list[PublishOutcome]:
     async def go() -> list[PublishOutcome]:
@@ -29,7 +30,10 @@ def publish(
             p = PipelinedPublisher(nc, stream, **kw)
             encoded = [[(s, d, encode_header_lines(h.items())) for s, d, h in b] for b in batches]
             outcomes = [
-                await p.publish(b, timeout=30, ack_every=ack_every, fast_batch=fast_batch) for b in encoded
+                await p.publish(
+                    b, timeout=30, ack_every=ack_every, fast_batch=fast_batch, record_seqs=record_seqs
+                )
+                for b in encoded
             ]
             if landed is not None:
                 landed.append(p.landed)
@@ -62,6 +66,20 @@ def test_duplicates_are_counted_not_stored(nats_server: NatsCluster) -> None:
     outcomes = publish(nats_server.url, "T", [first, again])
     assert (outcomes[1].published, outcomes[1].duplicates, outcomes[1].failures) == (6, 5, [])
     assert len(run(read_all(nats_server.url, "T"))) == 11
+
+
+def test_recorded_sequences_are_the_streams_and_a_duplicate_names_its_first_copy(
+    nats_server: NatsCluster,
+) -> None:
+    """What the fleet emulator's log rests on: each stored message's stream sequence."""
+    run(create_stream(nats_server.url, "T", ["t.>"]))
+    first = [(f"t.{i}", f"{i}".encode(), {"Nats-Msg-Id": f"id-{i}"}) for i in range(5)]
+    again = [first[3], ("t.new", b"new", {"Nats-Msg-Id": "id-new"})]
+    outcomes = publish(nats_server.url, "T", [first, again], record_seqs=True)
+    stored = {m.data: m.seq for m in run(read_all(nats_server.url, "T"))}
+    assert outcomes[0].seqs == {i: stored[f"{i}".encode()] for i in range(5)}
+    assert outcomes[1].seqs == {0: stored[b"3"], 1: stored[b"new"]}
+    assert outcomes[1].duplicates == 1
 
 
 def test_refusals_are_reported_with_their_position(nats_server: NatsCluster) -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from replicator.nats.publisher import ANY_STREAM, _Batch
+from replicator.nats.wire import ack_seq
 
 
 def ack(stream: str, seq: int) -> bytes:
@@ -50,3 +53,28 @@ def test_a_named_stream_refuses_another_streams_ack() -> None:
 
     b = asyncio.run(go())
     assert b.stored == 0 and [r.reason for r in b.outcome.failures] == ["stored in stream OTHER"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "seq"),
+    [
+        (b'{"stream":"S","seq":42}', 42),
+        (b'{"stream":"S","domain":"hub","seq":7,"duplicate":true}', 7),
+        (b'{"stream":"S", "seq": 9}', 9),
+        (b'{"error":{"code":503}}', 0),
+    ],
+)
+def test_an_acks_sequence_is_read_without_parsing_the_json(reply: bytes, seq: int) -> None:
+    assert ack_seq(reply) == seq
+
+
+def test_recorded_sequences_are_those_of_stored_messages_only() -> None:
+    async def go() -> _Batch:
+        b = _Batch(ANY_STREAM, 100, "1", sparse=False, record_seqs=True)
+        b.sent = 3
+        b.on_ack(0, ack("S", 10), None)
+        b.on_ack(1, b'{"error":{"code":400,"err_code":10071,"description":"wrong last sequence"}}', None)
+        b.on_ack(2, ack("S", 11), None)
+        return b
+
+    assert asyncio.run(go()).outcome.seqs == {0: 10, 2: 11}
