@@ -23,13 +23,13 @@ from typing import IO, Any, Literal
 
 import nats
 import numpy as np
+from nats.aio.client import Client
 from nats.js.api import StreamConfig
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 
 from emulator.fleet import SALT_REQUEST, unit_hash
 from emulator.payload import PayloadFactory
 from emulator.schedule import Publishes, Schedule
-from replicator.nats.client import ReplicatorClient
 from replicator.nats.connect import open_connection
 from replicator.nats.publisher import ANY_STREAM, PipelinedPublisher, PublishError, Refusal
 
@@ -137,8 +137,20 @@ class FleetPublisher:
     async def run(self, create_stream: str | None = None, replicas: int = 1) -> RunStats:
         """Publish the schedule; `create_stream`: make that stream for the fleet's subjects first
         if it is missing, with `replicas` copies of each message."""
-        nc = await open_connection(self.url, name="fleet-emulator", reconnect_time_wait=0.5)
-        publisher = PipelinedPublisher(nc, ANY_STREAM, self.max_pending)
+        publisher: PipelinedPublisher | None = None
+        if self.mode == "core":
+            # nats-py's own client: it sends what a reconnect held back once reconnected, where
+            # the replicator's drops it (its publisher publishes that again, acked).
+            nc: Client = await nats.connect(
+                self.url.split(","),
+                name="fleet-emulator",
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                pending_size=64 * 1024 * 1024,
+            )
+        else:
+            nc = await open_connection(self.url, name="fleet-emulator", reconnect_time_wait=0.5)
+            publisher = PipelinedPublisher(nc, ANY_STREAM, self.max_pending)
         try:
             if create_stream:
                 await self._ensure_stream(nc.jetstream(), create_stream, replicas)
@@ -168,7 +180,7 @@ class FleetPublisher:
             )
             log.info("created stream %s (%s)", name, subjects[0])
 
-    async def _run(self, nc: ReplicatorClient, publisher: PipelinedPublisher) -> None:
+    async def _run(self, nc: Client, publisher: PipelinedPublisher | None) -> None:
         speedup = self.schedule.s.speedup
         wall0 = time.monotonic()
         self._unix0 = time.time()
@@ -192,7 +204,7 @@ class FleetPublisher:
                     continue
                 # Everything due now (capped, so acks and progress keep flowing).
                 j = min(n, int(np.searchsorted(due, now, side="right")), i + MAX_BATCH)
-                next_batch = now + PACING_S if j < i + MAX_BATCH else now  # behind: no pause
+                next_batch = now + PACING_S if j < i + MAX_BATCH else now  # a full batch: no pause
                 self.stats.max_behind_seconds = max(self.stats.max_behind_seconds, now - due[i])
                 await self._publish_slice(nc, publisher, pubs, requests, i, j)
                 i = j
@@ -222,8 +234,8 @@ class FleetPublisher:
 
     async def _publish_slice(
         self,
-        nc: ReplicatorClient,
-        publisher: PipelinedPublisher,
+        nc: Client,
+        publisher: PipelinedPublisher | None,
         p: Publishes,
         all_requests: list[int],
         i: int,
@@ -261,6 +273,7 @@ class FleetPublisher:
                 messages.append((subject, data, f"Nats-Msg-Id: {ident}:{serial}\r\n".encode()))
                 rows.append(row)
         if messages:
+            assert publisher is not None  # JetStream mode has one
             seqs = await self._publish_acked(publisher, messages)
             stored = [k for k, seq in enumerate(seqs) if seq]
             self.stats.published += len(stored)
@@ -288,15 +301,12 @@ class FleetPublisher:
         again = False
         while True:
             why = ""
+            acked: dict[int, int] = {}  # by index in `todo`; kept when the publish raises
             try:
-                outcome = await publisher.publish(
-                    (messages[k] for k in todo), self.ack_timeout, record_seqs=True
-                )
+                outcome = await publisher.publish((messages[k] for k in todo), self.ack_timeout, seqs=acked)
             except (PublishError, nats.errors.ConnectionReconnectingError) as e:
-                why = str(e)  # the connection lost, or acks late: all of `todo` again
+                why = str(e)  # the connection lost, or acks late: what no ack vouched for, again
             else:
-                for index, seq in outcome.seqs.items():
-                    seqs[todo[index]] = seq
                 for r in outcome.failures:
                     if _no_room(r):
                         raise StreamFull(
@@ -305,6 +315,8 @@ class FleetPublisher:
                             "shorter scenario"
                         )
                     why = r.reason
+            for index, seq in acked.items():
+                seqs[todo[index]] = seq
             if again:
                 self.stats.republished += sum(1 for k in todo if seqs[k])
             todo = [k for k in todo if not seqs[k]]

@@ -64,8 +64,6 @@ class PublishOutcome:
     stored: int = 0
     # A fast batch's: the stream sequence its final ack names (0: none, or not a fast batch).
     last_seq: int = 0
-    # With `record_seqs`: the stream sequence of each message an ack says stored, by index.
-    seqs: dict[int, int] = field(default_factory=dict)
 
     def first_failure(self) -> Refusal | None:
         return min(self.failures, key=lambda r: r.index) if self.failures else None
@@ -85,10 +83,15 @@ ANY_STREAM = None
 
 class _Batch:
     def __init__(
-        self, stream: str | None, max_pending: int, generation: str, sparse: bool, record_seqs: bool = False
+        self,
+        stream: str | None,
+        max_pending: int,
+        generation: str,
+        sparse: bool,
+        seqs: dict[int, int] | None = None,
     ) -> None:
         self.generation = generation
-        self.record_seqs = record_seqs
+        self.seqs = seqs
         self.stream = stream
         # An ack names the stream that stored the message; with ANY_STREAM any stream will do.
         self.stream_marker = f'"stream":"{stream}"'.encode() if stream is not None else b'"stream":"'
@@ -135,8 +138,8 @@ class _Batch:
         else:
             if b'"duplicate"' in data and json.loads(data).get("duplicate"):
                 o.duplicates += 1
-            if self.record_seqs:
-                o.seqs[index] = ack_seq(data)
+            if self.seqs is not None:
+                self.seqs[index] = ack_seq(data)
             # A sparse ack that says stored vouches for the messages before it (the chain).
             self.stored = max(self.stored, index + 1) if self.sparse else self.stored + 1
         self.acked = max(self.acked, index + 1) if self.sparse else self.acked + 1
@@ -253,7 +256,7 @@ class PipelinedPublisher:
         ack_every: int = 1,
         may_send: Callable[[], bool] | None = None,
         fast_batch: bool = False,
-        record_seqs: bool = False,
+        seqs: dict[int, int] | None = None,
     ) -> PublishOutcome:
         """Publish (subject, data, header lines encoded by `wire.encode_header_lines`) in order; returns
         once every one is acknowledged. Raises PublishError if not all were acknowledged within
@@ -261,15 +264,16 @@ class PipelinedPublisher:
         only for chained copies (see the module's text). `may_send` (a leader's lease) is asked
         right before each message goes to the connection; once it says no, nothing more does.
         `fast_batch`: the messages are one fast-ingest batch (the target stream allows it; see the
-        module's text), `ack_every` then unused. `record_seqs` (every message acked): the outcome's
-        `seqs` gives each stored message's stream sequence."""
+        module's text), `ack_every` then unused. `seqs` (every message acked): filled as the acks
+        come with each stored message's stream sequence, by index; what it holds stays true when
+        publish raises (those messages are stored)."""
         await self._ensure_subscribed()
         self._generation += 1
         ack_every = max(1, min(ack_every, self.max_pending // 2))  # room for the next ack to come
         sparse = ack_every > 1 or fast_batch
-        if record_seqs and sparse:
-            raise ValueError("record_seqs needs every message acked (ack_every=1, no fast batch)")
-        batch = _Batch(self.stream, self.max_pending, str(self._generation), sparse, record_seqs)
+        if seqs is not None and sparse:
+            raise ValueError("seqs needs every message acked (ack_every=1, no fast batch)")
+        batch = _Batch(self.stream, self.max_pending, str(self._generation), sparse, seqs)
         self._batch = batch
         prefix = f"{self._inbox}.{batch.generation}."
         # A fast batch's id: unique among the stream's batches (the inbox is), at most 64 bytes.

@@ -21,7 +21,7 @@ def publish(
     ack_every: int = 1,
     landed: list[int] | None = None,
     fast_batch: bool = False,
-    record_seqs: bool = False,
+    seqs: list[dict[int, int]] | None = None,
     **kw: int,
 ) -> list[PublishOutcome]:
     async def go() -> list[PublishOutcome]:
@@ -31,9 +31,13 @@ def publish(
             encoded = [[(s, d, encode_header_lines(h.items())) for s, d, h in b] for b in batches]
             outcomes = [
                 await p.publish(
-                    b, timeout=30, ack_every=ack_every, fast_batch=fast_batch, record_seqs=record_seqs
+                    b,
+                    timeout=30,
+                    ack_every=ack_every,
+                    fast_batch=fast_batch,
+                    seqs=None if seqs is None else seqs[k],
                 )
-                for b in encoded
+                for k, b in enumerate(encoded)
             ]
             if landed is not None:
                 landed.append(p.landed)
@@ -75,10 +79,11 @@ def test_recorded_sequences_are_the_streams_and_a_duplicate_names_its_first_copy
     run(create_stream(nats_server.url, "T", ["t.>"]))
     first = [(f"t.{i}", f"{i}".encode(), {"Nats-Msg-Id": f"id-{i}"}) for i in range(5)]
     again = [first[3], ("t.new", b"new", {"Nats-Msg-Id": "id-new"})]
-    outcomes = publish(nats_server.url, "T", [first, again], record_seqs=True)
+    seqs: list[dict[int, int]] = [{}, {}]
+    outcomes = publish(nats_server.url, "T", [first, again], seqs=seqs)
     stored = {m.data: m.seq for m in run(read_all(nats_server.url, "T"))}
-    assert outcomes[0].seqs == {i: stored[f"{i}".encode()] for i in range(5)}
-    assert outcomes[1].seqs == {0: stored[b"3"], 1: stored[b"new"]}
+    assert seqs[0] == {i: stored[f"{i}".encode()] for i in range(5)}
+    assert seqs[1] == {0: stored[b"3"], 1: stored[b"new"]}
     assert outcomes[1].duplicates == 1
 
 

@@ -70,11 +70,11 @@ def test_an_acks_sequence_is_read_without_parsing_the_json(reply: bytes, seq: in
 
 def test_recorded_sequences_are_those_of_stored_messages_only() -> None:
     async def go() -> _Batch:
-        b = _Batch(ANY_STREAM, 100, "1", sparse=False, record_seqs=True)
+        b = _Batch(ANY_STREAM, 100, "1", sparse=False, seqs={})
         b.sent = 3
         b.on_ack(0, ack("S", 10), None)
         b.on_ack(1, b'{"error":{"code":400,"err_code":10071,"description":"wrong last sequence"}}', None)
         b.on_ack(2, ack("S", 11), None)
         return b
 
-    assert asyncio.run(go()).outcome.seqs == {0: 10, 2: 11}
+    assert asyncio.run(go()).seqs == {0: 10, 2: 11}

@@ -1,0 +1,63 @@
+"""How the emulator accounts for a batch whose publish failed part-way (no server: the
+publisher's contract played out, as replicator.nats.publisher keeps it)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from emulator import publisher as emulator_publisher
+from emulator.publisher import FleetPublisher
+from emulator.scenario import parse_scenario
+from emulator.schedule import Schedule
+from replicator.nats.publisher import PublishError, PublishOutcome
+
+
+class LosesTheConnectionOnce:
+    """Stores (and acks) the first `first` messages of its first call, then raises as a lost
+    connection does; later calls store everything, a message already stored acked as a
+    duplicate with its first sequence (as the stream's Nats-Msg-Id window does)."""
+
+    def __init__(self, first: int) -> None:
+        self.first = first
+        self.calls: list[list[bytes]] = []
+        self.stored: dict[bytes, int] = {}
+
+    async def publish(
+        self, messages: Iterable[tuple[str, bytes, bytes]], timeout: float, seqs: dict[int, int]
+    ) -> PublishOutcome:
+        batch = list(messages)
+        self.calls.append([msg_id for _, _, msg_id in batch])
+        for index, (_, _, msg_id) in enumerate(batch):
+            if len(self.calls) == 1 and index == self.first:
+                raise PublishError("the connection to the target was lost")
+            seqs[index] = self.stored.setdefault(msg_id, len(self.stored) + 1)
+        return PublishOutcome(published=len(batch), stored=len(batch))
+
+
+def fleet_publisher(**kw: Any) -> FleetPublisher:
+    s = parse_scenario({"name": "t", "seed": 1, "duration": "5m", "fleet": {"nodes": 10}})
+    return FleetPublisher(Schedule(s), "nats://127.0.0.1:1", **kw)
+
+
+def messages(n: int) -> list[tuple[str, bytes, bytes]]:
+    return [(f"reg.n{i}", b"{}", b"Nats-Msg-Id: n%d:0\r\n" % i) for i in range(n)]
+
+
+def test_what_was_acked_before_a_lost_connection_counts_as_stored_and_only_the_rest_goes_again(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr(emulator_publisher, "RETRY_WAIT_S", 0)
+    pub, target = fleet_publisher(), LosesTheConnectionOnce(first=3)
+    seqs = asyncio.run(pub._publish_acked(target, messages(5)))  # type: ignore[arg-type]
+    assert seqs == [1, 2, 3, 4, 5]  # each message's own sequence, none lost to the failed try
+    assert target.calls[1] == [b"Nats-Msg-Id: n3:0\r\n", b"Nats-Msg-Id: n4:0\r\n"]
+    assert pub.stats.republished == 2
+
+
+def test_a_stop_after_a_lost_connection_keeps_what_was_stored(monkeypatch: Any) -> None:
+    pub, target = fleet_publisher(), LosesTheConnectionOnce(first=3)
+    pub.stop()
+    seqs = asyncio.run(pub._publish_acked(target, messages(5)))  # type: ignore[arg-type]
+    assert seqs == [1, 2, 3, 0, 0]  # three stored (and logged), two never were
