@@ -2,9 +2,9 @@
 
 Publishes go out at their scheduled wall time (scenario time / speedup). JetStream mode sends
 everything due at once as one pipelined run of publishes whose every ack is checked, through
-the replicator's own publisher (replicator.nats.publisher: a third of nats-py's
-`publish_async`'s CPU per message, so the fleet leaves more of a shared machine to what it
-tests). What a server refused, or did not acknowledge within `ack_timeout`, is published again
+the replicator's own publisher (replicator.nats.publisher, cheaper per message than nats-py's
+`publish_async`: `make bench-emulator`'s figures are in docs/performance.md, so the fleet leaves
+more of a shared machine to what it tests). What a server refused, or did not acknowledge within `ack_timeout`, is published again
 with the same `Nats-Msg-Id` (the stream drops a duplicate, and its ack names the first copy's
 sequence), so a reconnect loses nothing and the schedule goes on. Core mode publishes without
 acks. The emulator never falls behind silently: progress shows scheduled vs achieved rates and
@@ -147,6 +147,7 @@ class FleetPublisher:
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
                 pending_size=64 * 1024 * 1024,
+                error_cb=self._on_error,
             )
         else:
             nc = await open_connection(self.url, name="fleet-emulator", reconnect_time_wait=0.5)
@@ -163,6 +164,9 @@ class FleetPublisher:
                 self._log.close()
             await nc.close()
         return self.stats
+
+    async def _on_error(self, e: Exception) -> None:
+        log.warning("NATS connection: %s", e)  # one line (nats-py's own handler logs a traceback)
 
     @retry(
         retry=retry_if_exception(_cluster_still_forming),
