@@ -39,6 +39,9 @@ class _Link:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # Set while the link is half-open: bytes are read and dropped, nothing is closed.
     dead: bool = False
+    # Set while replies are dropped: the client's bytes reach the server, the server's are
+    # read and dropped (acks lost on the way back); it stays set, as `dead` does.
+    deaf: bool = False
     client_reader: asyncio.StreamReader | None = None
 
     def close(self) -> None:
@@ -68,6 +71,7 @@ class FaultProxy:
         self.bandwidth = 0
         self._cut = False
         self._half_open = False
+        self._deaf = False
         self._stalled = False
         self._links: set[_Link] = set()
         self._loop = asyncio.new_event_loop()
@@ -124,6 +128,19 @@ class FaultProxy:
 
         self._call(_mark)
 
+    def drop_replies(self) -> None:
+        """From now on what clients send reaches the server, and nothing the server sends
+        reaches them, on the connections that are up and on new ones, until `restore()`: a
+        publish is stored and its ack lost. The connections that went deaf stay so after it
+        (as `half_open`'s stay dead): only a client that notices and reconnects hears again."""
+        self._deaf = True
+
+        def _mark() -> None:
+            for link in self._links:
+                link.deaf = True
+
+        self._call(_mark)
+
     def unread_bytes(self) -> int:
         """Bytes the clients sent that wait, unread, in this proxy's receive buffers: in flight
         in the network, as a stalled link holds them."""
@@ -150,6 +167,7 @@ class FaultProxy:
     def restore(self) -> None:
         self._cut = False
         self._half_open = False
+        self._deaf = False
         self._stalled = False
 
     def _call(self, fn: object) -> None:
@@ -181,14 +199,16 @@ class FaultProxy:
         except OSError:
             writer.transport.abort()  # the server is down: so is the link
             return
-        link = _Link(writer, up_writer, dead=self._half_open, client_reader=reader)
+        link = _Link(writer, up_writer, dead=self._half_open, deaf=self._deaf, client_reader=reader)
         self._links.add(link)
         link.tasks = [
             asyncio.create_task(self._pump(reader, up_writer, link)),
-            asyncio.create_task(self._pump(up_reader, writer, link)),
+            asyncio.create_task(self._pump(up_reader, writer, link, to_client=True)),
         ]
 
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, link: _Link) -> None:
+    async def _pump(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, link: _Link, to_client: bool = False
+    ) -> None:
         # Chunks wait in a queue until due, so latency delays each chunk without slowing the
         # stream's throughput (a long fat pipe, not a slow one).
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
@@ -201,7 +221,7 @@ class FaultProxy:
                 delay = due - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                if link.dead:
+                if link.dead or (to_client and link.deaf):
                     continue
                 dst.write(data)
                 await dst.drain()

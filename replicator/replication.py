@@ -398,6 +398,15 @@ class StreamReplication:
                              "earlier source stream of this name, deleted since", left.first_seq, left.last_seq)  # fmt: skip
             record.clear()
             return
+        if left.last_seq > self.sink.floor:
+            # The floor is what acks said. Copies whose acks were lost (a server killed mid-batch,
+            # a link gone deaf) may be in the target, and this runs long after they were sent:
+            # past the target's duplicate window, Nats-Msg-Id would not drop them again. So,
+            # as a start does, from the target's last copy of ours; the gap fill below finds
+            # what an unchained range lacks under it.
+            found = self.loop.run(self._last_copied(), 30)
+            if found:
+                self.sink.handled_up_to(found)
         if left.unchained:
             self.gap_fill.run(
                 self.sink,

@@ -67,3 +67,29 @@ def test_latency_cut_half_open_and_restore(nats_server: NatsCluster) -> None:
 
     with FaultProxy(_port(nats_server.url)) as proxy:
         asyncio.run(go(proxy))
+
+
+def test_drop_replies_stores_a_publish_and_loses_its_ack(nats_server: NatsCluster) -> None:
+    async def go(proxy: FaultProxy) -> None:
+        direct = await nats.connect(nats_server.url)
+        nc = await nats.connect(proxy.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        try:
+            await direct.jetstream().add_stream(name="DEAF", subjects=["deaf.>"])
+            js = nc.jetstream(timeout=1)
+            await js.publish("deaf.a", b"heard")
+            proxy.drop_replies()
+            with pytest.raises(nats.errors.TimeoutError):
+                await js.publish("deaf.a", b"unheard")
+            # The server stored what the client sent: only its ack was lost.
+            info = await direct.jetstream().stream_info("DEAF")
+            assert info.state.messages == 2
+            proxy.restore()
+            with pytest.raises(nats.errors.TimeoutError):  # that connection stays deaf
+                await js.publish("deaf.a", b"still unheard")
+            assert (await direct.jetstream().stream_info("DEAF")).state.messages == 3
+        finally:
+            await nc.close()
+            await direct.close()
+
+    with FaultProxy(_port(nats_server.url)) as proxy:
+        asyncio.run(go(proxy))
