@@ -57,11 +57,22 @@ class GapFill:
         self.prefix, self.remove = prefix, remove  # the target's subject rewrite
         self._checked: tuple[int, int, int] | None = None
 
-    def run(self, sink: OrderedSink, first: int, last: int, since_ns: int, read: SourceRange) -> None:
+    def run(
+        self,
+        sink: OrderedSink,
+        first: int,
+        last: int,
+        since_ns: int,
+        read: SourceRange,
+        settle_unknown: bool = True,
+    ) -> bool:
         """Publish the copies the target lacks of source sequences `first`-`last` (at or below
-        its last copy of ours), of a batch whose publishing began at `since_ns`."""
+        its last copy of ours), of a batch whose publishing began at `since_ns`. False when
+        it could not tell which, past the target's duplicate window, and `settle_unknown` is
+        not set: then it published nothing and the range is the caller's (set, it is
+        settled: nothing published, none known missing)."""
         if first > last or self._checked == (first, last, since_ns):
-            return
+            return True
         stream = sink.settings.target_stream
 
         async def present() -> dict[int, int] | None:
@@ -78,6 +89,8 @@ class GapFill:
         if held is None:
             age_s = (time.time_ns() - since_ns) / 1e9
             if age_s >= self.loop.run(window_s(), 30):
+                if not settle_unknown:
+                    return False
                 self.log.warning(
                     "could not tell which copies of source sequences %d-%d the target lacks (it stored over "
                     "200,000 messages since, or none is found from then): not publishing them again, past its "
@@ -86,7 +99,7 @@ class GapFill:
                     last,
                 )
                 self._checked = (first, last, since_ns)
-                return
+                return True
             self.log.warning(
                 "could not tell which copies of source sequences %d-%d the target lacks: publishing them "
                 "again, unchained, within its duplicate window (it drops those it holds)",
@@ -95,7 +108,7 @@ class GapFill:
             )
         elif len(held) == last - first + 1:
             self._checked = (first, last, since_ns)
-            return  # all there: nothing to read again
+            return True  # all there: nothing to read again
         missing = [m for chunk in read(first, last + 1) for m in chunk if held is None or m.seq not in held]
         if held is not None and missing:
             # A target that keeps a few messages a subject removed those that later ones pushed
@@ -115,6 +128,7 @@ class GapFill:
                 first,
                 last,
             )
+        return True
 
     async def _pushed_out(self, sink: OrderedSink, m: RawMessage, after: int | None) -> bool:
         """Whether the copy of `m` would be gone from a target keeping N messages a subject,

@@ -77,7 +77,7 @@ from replicator.spark.datasource import (
     read_range_chunks,
     recreated_refusal,
 )
-from replicator.spark.inflight import InflightRecord
+from replicator.spark.inflight import InflightRange, InflightRecord
 from replicator.spark.lanes import LaneSink
 from replicator.spark.read_lease import write_lease
 from replicator.spark.rows import to_record_batch
@@ -143,6 +143,9 @@ class StreamReplication:
         self.log = stream_logger(__name__, self.label)
         # Finds and publishes what a batch that failed mid-way left missing (replicator.gap_fill).
         self.gap_fill = GapFill(loop, self.log, scfg.target_subject_prefix, scfg.target_subject_remove)
+        # The floor was just read from the target's last copy (a start, a takeover) and nothing
+        # published since: catch_up need not read it again.
+        self._floor_from_target = False
 
     @property
     def label(self) -> str:
@@ -208,6 +211,7 @@ class StreamReplication:
             floor = 0
         if floor:
             self.log.info("target already holds source sequences up to %d; resuming after it", floor)
+        self._floor_from_target = True
         self._start_time = as_start_time(s.start_time, s.start_delta, datetime.now(UTC))
         # start_at_end means the end as the replicator starts, not when Spark first plans the
         # query (seconds later): messages published in between are copied.
@@ -375,6 +379,8 @@ class StreamReplication:
 
     def _catch_up(self) -> None:
         assert self.sink is not None
+        # Publishing goes on after this: the next catch_up reads the target's last copy again.
+        floor_from_target, self._floor_from_target = self._floor_from_target, False
         try:
             self.sink.wait_published(self.sink.settings.ack_timeout)  # a publish still running settles first
         except Exception as e:
@@ -398,23 +404,34 @@ class StreamReplication:
                              "earlier source stream of this name, deleted since", left.first_seq, left.last_seq)  # fmt: skip
             record.clear()
             return
-        if left.last_seq > self.sink.floor:
-            # The floor is what acks said. Copies whose acks were lost (a server killed mid-batch,
-            # a link gone deaf) may be in the target, and this runs long after they were sent:
-            # past the target's duplicate window, Nats-Msg-Id would not drop them again. So,
-            # as a start does, from the target's last copy of ours; the gap fill below finds
-            # what an unchained range lacks under it.
-            found = self.loop.run(self._last_copied(), 30)
-            if found:
-                self.sink.handled_up_to(found)
+        acked = self.sink.floor
+        # Copies whose acks were lost (a server killed mid-batch, a link gone deaf) may be in
+        # the target, and this runs long after they were sent: past the target's duplicate
+        # window, Nats-Msg-Id would not drop them again. So from the target's last copy of
+        # ours, as a start does (its floor came from there already, nothing sent since).
+        found = self._last_copy_in(left) if left.last_seq > acked and not floor_from_target else 0
         if left.unchained:
-            self.gap_fill.run(
+            # An unchained range can lack copies below its last stored one: the gap fill finds
+            # and publishes them. Where it cannot tell, the range goes again from what acks
+            # said: some copies twice rather than one never.
+            told = self.gap_fill.run(
                 self.sink,
                 left.first_seq,
-                min(left.last_seq, self.sink.floor),
+                min(left.last_seq, max(acked, found)),
                 left.since_ns,
                 lambda first, end: read_range_chunks(self.reader_options(), first, end),
+                settle_unknown=found <= acked,
             )
+            if not told:
+                self.log.warning(
+                    "could not tell which copies of source sequences %d-%d the target lacks, past its duplicate "
+                    "window: publishing them again from %d, as acks said (those it holds are stored twice)",
+                    left.first_seq,
+                    found,
+                    acked + 1,
+                )
+                found = 0
+        self.sink.handled_up_to(found)
         first = max(left.first_seq, self.sink.floor + 1)
         if first <= left.last_seq:
             self.log.info("publishing source sequences %d-%d, left in flight when it last stopped", first, left.last_seq)  # fmt: skip
@@ -865,6 +882,7 @@ class StreamReplication:
         self._won = self.election.wins if self.election is not None else 0
         found = self.loop.run(self._last_copied(), 30)
         self.sink.handled_up_to(found or 0)
+        self._floor_from_target = True
         self.sink.forget_target_tail()
         if found is None and not self.sink.floor:
             self.log.warning(
@@ -887,6 +905,24 @@ class StreamReplication:
         else:
             self.stop_query(grace=0.5)
         self.took_over = False
+
+    def _last_copy_in(self, left: InflightRange) -> int:
+        """The source sequence of the target's last copy of ours, within the range `left` an
+        earlier batch left in flight (0: none). Not past the range: a copy above it is not this
+        range's (a source stream recreated within the second its copies' identity keeps)."""
+        try:
+            found = self.loop.run(self._last_copied(), 30)
+        except TimeoutError:
+            # Never a stall: the record stays until a catch_up succeeds, so a read that always
+            # times out (our last copy buried under large foreign messages) would stop the entry.
+            self.log.warning(
+                "reading the target's last copy took over 30 s: publishing source sequences %d-%d, left in "
+                "flight, from where acks said (copies whose acks were lost may be stored twice)",
+                left.first_seq,
+                left.last_seq,
+            )
+            return 0
+        return min(found or 0, left.last_seq)
 
     async def _last_copied(self) -> int | None:
         """The target's last copy of this entry (find_last_copied: None when not found)."""
