@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from replicator.aio import LoopThread
 from replicator.metrics import LIMITER, metrics
 from replicator.nats.advisories import publish_advisories
+from replicator.nats.jetstream import copies_in_range
 from replicator.sampling import state
 from replicator.sampling.rules import Message, SamplingParams
 from replicator.source_reader import SourceReader, SourceStreamGone
@@ -293,6 +294,11 @@ class SamplingSink:
         self.p = p
         # Where the planner reads when the clock next needs to move: the same options as its.
         self.clock_due_file = source.o.sampling.clock_due_file if source.o.sampling else ""
+        # The source sequences (first, last) of copies a failed publish sent, and when it
+        # began: some may be in the target with their acks lost. Spark replays the batch,
+        # perhaps past the target's duplicate window, where Nats-Msg-Id no longer drops them,
+        # so the replay leaves out those the target holds.
+        self._unacked: tuple[int, int, int] | None = None
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -308,7 +314,7 @@ class SamplingSink:
         if result.received:
             result.last_seq = decided.last_seq
             for part in self._copies(decided.copies, decided.copy_times_ms):
-                r = self.ordered.publish_table(part)
+                r = self._publish_copies(part)
                 result.copied += r.copied
                 result.copied_bytes += r.copied_bytes
                 result.too_old += r.too_old
@@ -350,6 +356,57 @@ class SamplingSink:
         self.ordered.account(result)
         self.ordered.log.debug("batch %d: %d messages, %d copied, %d advisories", batch_id, result.received,
                   result.copied, advs.num_rows)  # fmt: skip
+
+    def _publish_copies(self, part: pa.Table) -> BatchResult:
+        """Publish copies (ordered.publish_table), leaving out those an earlier failed publish
+        stored with their acks lost."""
+        part_last = int(pc.max(part.column("seq")).as_py()) if part.num_rows else 0
+        part = self._without_held(part)
+        started_ns = time.time_ns()
+        try:
+            r = self.ordered.publish_table(part)
+        except BaseException:
+            if part.num_rows:
+                seqs = part.column("seq")
+                first, last = int(pc.min(seqs).as_py()), int(pc.max(seqs).as_py())
+                if self._unacked is not None:
+                    first, last = min(first, self._unacked[0]), max(last, self._unacked[1])
+                    started_ns = min(started_ns, self._unacked[2])
+                self._unacked = (first, last, started_ns)
+            raise
+        if self._unacked is not None and part_last >= self._unacked[1]:
+            self._unacked = None  # its copies are all in the target now
+        return r
+
+    def _without_held(self, part: pa.Table) -> pa.Table:
+        """`part` without the copies the target holds of what a failed publish sent."""
+        if self._unacked is None or not part.num_rows:
+            return part
+        first, last, since_ns = self._unacked
+        seqs = part.column("seq")
+        lo, hi = max(first, int(pc.min(seqs).as_py())), min(last, int(pc.max(seqs).as_py()))
+        if lo > hi:
+            return part
+        o = self.ordered
+
+        async def held_copies() -> dict[int, int] | None:
+            nc = await o.connection()
+            return await copies_in_range(nc, o.settings.target_stream, o.settings.owner, lo, hi, since_ns)
+
+        held = self.loop.run(held_copies(), None)  # each read has its timeout
+        if held is None:
+            o.log.warning(
+                "could not tell which copies of source sequences %d-%d the target holds (published when a batch "
+                "failed): publishing them again (past its duplicate window, those it holds are stored twice)",
+                lo,
+                hi,
+            )
+            return part
+        if not held:
+            return part
+        kept = pc.invert(pc.is_in(seqs, value_set=pa.array(list(held), type=seqs.type)))
+        o.log.info("leaving out %d copies the target holds of a failed batch, their acks lost", len(held))
+        return part.filter(kept)
 
     def _copies(self, seqs: list[int], times_ms: list[int]) -> Iterator[pa.Table]:
         """The messages to copy, read back from the source in order, a chunk at a time (the
