@@ -1,6 +1,7 @@
 """A fault-injecting TCP proxy for tests and scenarios: put it between the replicator and a NATS
 server, then add latency, cap bandwidth, cut the link, make it half-open (connections stay
-up but nothing passes, as when a peer vanishes without closing) or stall it (nothing is read). The kernel here has no netem,
+up but nothing passes, as when a peer vanishes without closing), drop what the servers send
+(publishes stored, acks lost) or stall it (nothing is read). The kernel here has no netem,
 so faults are made in user space, on loopback.
 
 It runs its own event loop on a thread, so synchronous tests drive it directly:
