@@ -10,7 +10,7 @@ import enum
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -404,39 +404,51 @@ class StreamReplication:
                              "earlier source stream of this name, deleted since", left.first_seq, left.last_seq)  # fmt: skip
             record.clear()
             return
+
+        def read(first: int, end: int) -> Iterator[list[Any]]:
+            return read_range_chunks(self.reader_options(), first, end)
+
         acked = self.sink.floor
         # Copies whose acks were lost (a server killed mid-batch, a link gone deaf) may be in
         # the target, and this runs long after they were sent: past the target's duplicate
         # window, Nats-Msg-Id would not drop them again. So from the target's last copy of
         # ours, as a start does (its floor came from there already, nothing sent since).
-        found = self._last_copy_in(left) if left.last_seq > acked and not floor_from_target else 0
-        if left.unchained:
+        found: int | None = 0
+        if left.last_seq > acked and not floor_from_target:
+            found = self._last_copy_in(left)
+        if found is not None and left.unchained:
             # An unchained range can lack copies below its last stored one: the gap fill finds
-            # and publishes them. Where it cannot tell, the range goes again from what acks
-            # said: some copies twice rather than one never.
+            # and publishes them.
             told = self.gap_fill.run(
                 self.sink,
                 left.first_seq,
                 min(left.last_seq, max(acked, found)),
                 left.since_ns,
-                lambda first, end: read_range_chunks(self.reader_options(), first, end),
+                read,
                 settle_unknown=found <= acked,
             )
-            if not told:
-                self.log.warning(
-                    "could not tell which copies of source sequences %d-%d the target lacks, past its duplicate "
-                    "window: publishing them again from %d, as acks said (those it holds are stored twice)",
-                    left.first_seq,
-                    found,
-                    acked + 1,
-                )
-                found = 0
-        self.sink.handled_up_to(found)
-        first = max(left.first_seq, self.sink.floor + 1)
-        if first <= left.last_seq:
-            self.log.info("publishing source sequences %d-%d, left in flight when it last stopped", first, left.last_seq)  # fmt: skip
-            for chunk in read_range_chunks(self.reader_options(), first, left.last_seq + 1):
-                self.sink.republish(pa.Table.from_batches([to_record_batch(self.s.stream, chunk)]))
+            found = found if told else None
+        if found is None:
+            # Not known which it holds: all again from what acks said, twice rather than one
+            # never. Unchained: a chained publish reads the target's tail and goes on after it,
+            # past a copy that a gap lacks.
+            first = max(left.first_seq, acked + 1)
+            self.log.warning(
+                "could not tell which copies of source sequences %d-%d the target holds: publishing them "
+                "again, unchained (past its duplicate window, those it holds are stored twice)",
+                first,
+                left.last_seq,
+            )
+            for chunk in read(first, left.last_seq + 1):
+                if chunk:
+                    self.sink.fill_gaps(pa.Table.from_batches([to_record_batch(self.s.stream, chunk)]))
+        else:
+            self.sink.handled_up_to(found)
+            first = max(left.first_seq, self.sink.floor + 1)
+            if first <= left.last_seq:
+                self.log.info("publishing source sequences %d-%d, left in flight when it last stopped", first, left.last_seq)  # fmt: skip
+                for chunk in read(first, left.last_seq + 1):
+                    self.sink.republish(pa.Table.from_batches([to_record_batch(self.s.stream, chunk)]))
         self.sink.handled_up_to(left.last_seq)
         record.clear()
 
@@ -906,22 +918,18 @@ class StreamReplication:
             self.stop_query(grace=0.5)
         self.took_over = False
 
-    def _last_copy_in(self, left: InflightRange) -> int:
+    def _last_copy_in(self, left: InflightRange) -> int | None:
         """The source sequence of the target's last copy of ours, within the range `left` an
-        earlier batch left in flight (0: none). Not past the range: a copy above it is not this
-        range's (a source stream recreated within the second its copies' identity keeps)."""
+        earlier batch left in flight (0: none found; None: not read in 30 s). Not past the
+        range: a copy above it is not this range's (a source stream recreated within the
+        second its copies' identity keeps)."""
         try:
             found = self.loop.run(self._last_copied(), 30)
         except TimeoutError:
             # Never a stall: the record stays until a catch_up succeeds, so a read that always
             # times out (our last copy buried under large foreign messages) would stop the entry.
-            self.log.warning(
-                "reading the target's last copy took over 30 s: publishing source sequences %d-%d, left in "
-                "flight, from where acks said (copies whose acks were lost may be stored twice)",
-                left.first_seq,
-                left.last_seq,
-            )
-            return 0
+            self.log.warning("reading the target's last copy took over 30 s")
+            return None
         return min(found or 0, left.last_seq)
 
     async def _last_copied(self) -> int | None:

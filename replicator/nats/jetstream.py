@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -351,13 +351,15 @@ async def copies_in_range(
     last: int,
     since_ns: int,
     scan_limit: int = 200_000,
+    wanted: Collection[int] | None = None,
 ) -> dict[int, int] | None:
     """Source sequence -> target sequence of the copies `owner` has in the target of source
     sequences `first` to `last`, given that none was stored before `since_ns`: read forward
     from then (less CLOCK_SLACK_S) until every one is found, or 1,000 messages past the owner's
     copy of `last` (a batch's copies are stored in their order: what a gap lacks does not come
     later), or the end. None when that is not known: more than `scan_limit` messages to read,
-    or no message of the target found at or after that time."""
+    or no message of the target found at or after that time. `wanted`: only those source
+    sequences (sparse copies, a sampled batch's), not every one from `first` to `last`."""
     info = await stream_info(target, target_stream)
     if info is None or info.state.messages == 0:
         return None
@@ -384,13 +386,16 @@ async def copies_in_range(
             mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
             if mark is None or not first <= mark.sequence <= last:
                 continue
+            if wanted is not None and mark.sequence not in wanted:
+                continue
             if owner.owns(mark, first_value(m.headers, MSG_ID_HEADER)):
                 found.setdefault(mark.sequence, m.seq)
                 if mark.sequence == last and past_last is None:
                     past_last = scanned
         # A copy retried after the batch's later ones (a failed retry left it there) comes
         # after them: 10,000 messages of margin.
-        if len(found) == last - first + 1 or (past_last is not None and scanned - past_last > 10_000):
+        everyone = len(wanted) if wanted is not None else last - first + 1
+        if len(found) == everyone or (past_last is not None and scanned - past_last > 10_000):
             return found
         if scanned > scan_limit or before > scan_limit:
             return None

@@ -277,6 +277,16 @@ class DecidedBatch:
         )
 
 
+@dataclass
+class Unacked:
+    """Copies publishes that failed sent (their source sequences, from `since_ns` on): some may
+    be in the target with their acks lost."""
+
+    seqs: set[int]
+    since_ns: int
+    held: set[int] | None = None  # those the target holds, once read
+
+
 class SamplingSink:
     """foreachBatch sink of the sampling query: copies in source order, then advisories."""
 
@@ -294,11 +304,10 @@ class SamplingSink:
         self.p = p
         # Where the planner reads when the clock next needs to move: the same options as its.
         self.clock_due_file = source.o.sampling.clock_due_file if source.o.sampling else ""
-        # The source sequences (first, last) of copies a failed publish sent, and when it
-        # began: some may be in the target with their acks lost. Spark replays the batch,
-        # perhaps past the target's duplicate window, where Nats-Msg-Id no longer drops them,
-        # so the replay leaves out those the target holds.
-        self._unacked: tuple[int, int, int] | None = None
+        # What failed publishes sent: some may be in the target with their acks lost. Spark
+        # replays the batch, perhaps past the target's duplicate window, where Nats-Msg-Id no
+        # longer drops them, so the replay leaves out those the target holds.
+        self._unacked: Unacked | None = None
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -358,55 +367,72 @@ class SamplingSink:
                   result.copied, advs.num_rows)  # fmt: skip
 
     def _publish_copies(self, part: pa.Table) -> BatchResult:
-        """Publish copies (ordered.publish_table), leaving out those an earlier failed publish
-        stored with their acks lost."""
-        part_last = int(pc.max(part.column("seq")).as_py()) if part.num_rows else 0
-        part = self._without_held(part)
+        """Publish copies (ordered.publish_table); in a replay of what a publish that failed
+        sent, leave out those the target holds, and publish the rest unchained: the target
+        may hold later ones (a copy lost at a clustered target's leader change, the next one
+        stored), and a chained publish would go on after its last copy, past them."""
+        seqs = part.column("seq")
+        sent = set(seqs.to_pylist())
+        unacked = self._unacked
+        replay = unacked is not None and not sent.isdisjoint(unacked.seqs)
         started_ns = time.time_ns()
         try:
-            r = self.ordered.publish_table(part)
+            if not replay:
+                return self.ordered.publish_table(part)
+            assert unacked is not None
+            o = self.ordered
+            held = self._held(unacked)
+            keep = pc.greater(seqs, o.floor)  # at or below: acknowledged since
+            if held:
+                keep = pc.and_(
+                    keep, pc.invert(pc.is_in(seqs, value_set=pa.array(sorted(held), type=seqs.type)))
+                )
+            rest = part.filter(keep)
+            left_out = part.num_rows - rest.num_rows
+            if left_out:
+                o.log.info(
+                    "left out %d copies the target holds or acknowledged, of a batch that failed", left_out
+                )
+            r = o.publish_unchained(rest) if rest.num_rows else BatchResult()
+            if max(sent) >= max(unacked.seqs):
+                self._unacked = None  # all it sent is in the target now
+            return r
         except BaseException:
-            if part.num_rows:
-                seqs = part.column("seq")
-                first, last = int(pc.min(seqs).as_py()), int(pc.max(seqs).as_py())
-                if self._unacked is not None:
-                    first, last = min(first, self._unacked[0]), max(last, self._unacked[1])
-                    started_ns = min(started_ns, self._unacked[2])
-                self._unacked = (first, last, started_ns)
+            if self._unacked is None:
+                self._unacked = Unacked(sent, started_ns)
+            else:
+                self._unacked = Unacked(self._unacked.seqs | sent, min(started_ns, self._unacked.since_ns))
             raise
-        if self._unacked is not None and part_last >= self._unacked[1]:
-            self._unacked = None  # its copies are all in the target now
-        return r
 
-    def _without_held(self, part: pa.Table) -> pa.Table:
-        """`part` without the copies the target holds of what a failed publish sent."""
-        if self._unacked is None or not part.num_rows:
-            return part
-        first, last, since_ns = self._unacked
-        seqs = part.column("seq")
-        lo, hi = max(first, int(pc.min(seqs).as_py())), min(last, int(pc.max(seqs).as_py()))
-        if lo > hi:
-            return part
+    def _held(self, unacked: Unacked) -> set[int]:
+        """Which of what failed publishes sent the target holds (read once per failure; an
+        empty set when it cannot tell: then they go again, twice rather than lost)."""
+        if unacked.held is not None:
+            return unacked.held
         o = self.ordered
 
         async def held_copies() -> dict[int, int] | None:
             nc = await o.connection()
-            return await copies_in_range(nc, o.settings.target_stream, o.settings.owner, lo, hi, since_ns)
-
-        held = self.loop.run(held_copies(), None)  # each read has its timeout
-        if held is None:
-            o.log.warning(
-                "could not tell which copies of source sequences %d-%d the target holds (published when a batch "
-                "failed): publishing them again (past its duplicate window, those it holds are stored twice)",
-                lo,
-                hi,
+            lo, hi = min(unacked.seqs), max(unacked.seqs)
+            return await copies_in_range(
+                nc, o.settings.target_stream, o.settings.owner, lo, hi, unacked.since_ns, wanted=unacked.seqs
             )
-            return part
-        if not held:
-            return part
-        kept = pc.invert(pc.is_in(seqs, value_set=pa.array(list(held), type=seqs.type)))
-        o.log.info("leaving out %d copies the target holds of a failed batch, their acks lost", len(held))
-        return part.filter(kept)
+
+        try:
+            found = self.loop.run(held_copies(), None)  # each read has its timeout
+        except Exception as e:  # never a stall: a replay that cannot read the target goes on
+            found, why = None, f"{type(e).__name__}: {e}"
+        else:
+            why = "over 200,000 messages to read, or none found from when it was sent"
+        if found is None:
+            o.log.warning(
+                "could not tell which of %d copies a failed publish sent the target holds (%s): publishing them "
+                "again (past its duplicate window, those it holds are stored twice)",
+                len(unacked.seqs),
+                why,
+            )
+        unacked.held = set(found or ())
+        return unacked.held
 
     def _copies(self, seqs: list[int], times_ms: list[int]) -> Iterator[pa.Table]:
         """The messages to copy, read back from the source in order, a chunk at a time (the

@@ -515,12 +515,19 @@ class OrderedSink:
 
     def fill_gaps(self, table: pa.Table) -> BatchResult:
         """Publish rows read again from the source that the target lacks below its last copy of
-        ours (a gap an unchained batch left when it failed): unchained, since the target holds
-        later copies already, and counted like any batch. The floor stays where it was."""
+        ours (a gap an unchained batch left when it failed), counted like any batch."""
+        result = self.publish_unchained(table)
+        self.account(result)
+        return result
+
+    def publish_unchained(self, table: pa.Table) -> BatchResult:
+        """publish_table, every row (not only those above the floor) and unchained: for copies
+        the target may hold later ones of, where a chained publish would read its tail and go
+        on after that, past them. The floor stays where it was, or moves to the rows' end."""
         floor, shared = self._floor, self.shared_target
         self._floor, self.shared_target = int(pc.min(table.column("seq")).as_py()) - 1, True
         try:
-            return self.republish(table)
+            return self.publish_table(table)
         finally:
             self._floor, self.shared_target = max(floor, self._floor), shared
 
