@@ -413,25 +413,27 @@ class StreamReplication:
         # the target, and this runs long after they were sent: past the target's duplicate
         # window, Nats-Msg-Id would not drop them again. So from the target's last copy of
         # ours, as a start does (its floor came from there already, nothing sent since).
-        found: int | None = 0
+        found: int | None = 0  # None: not read in time
         if left.last_seq > acked and not floor_from_target:
             found = self._last_copy_in(left)
-        if found is not None and left.unchained:
+        known = found is not None
+        if left.unchained:
             # An unchained range can lack copies below its last stored one: the gap fill finds
             # and publishes them.
             told = self.gap_fill.run(
                 self.sink,
                 left.first_seq,
-                min(left.last_seq, max(acked, found)),
+                min(left.last_seq, max(acked, found or 0)),
                 left.since_ns,
                 read,
-                settle_unknown=found <= acked,
+                settle_unknown=(found or 0) <= acked,
             )
-            found = found if told else None
-        if found is None:
-            # Not known which it holds: all again from what acks said, twice rather than one
-            # never. Unchained: a chained publish reads the target's tail and goes on after it,
-            # past a copy that a gap lacks.
+            known = known and told
+        if not known and left.unchained:
+            # Not known which it holds above what acks said: all of that again, twice rather
+            # than one never. Unchained: a chained publish reads the target's tail and goes on
+            # after it, past a copy that a gap lacks. (A chained range has no gap: its
+            # publish below reads the tail, and goes on after our last copy.)
             first = max(left.first_seq, acked + 1)
             self.log.warning(
                 "could not tell which copies of source sequences %d-%d the target holds: publishing them "
@@ -443,7 +445,7 @@ class StreamReplication:
                 if chunk:
                     self.sink.fill_gaps(pa.Table.from_batches([to_record_batch(self.s.stream, chunk)]))
         else:
-            self.sink.handled_up_to(found)
+            self.sink.handled_up_to(found or 0)
             first = max(left.first_seq, self.sink.floor + 1)
             if first <= left.last_seq:
                 self.log.info("publishing source sequences %d-%d, left in flight when it last stopped", first, left.last_seq)  # fmt: skip

@@ -21,15 +21,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator.aio import LoopThread
+from replicator.gap_fill import next_position
 from replicator.metrics import LIMITER, metrics
 from replicator.nats.advisories import publish_advisories
-from replicator.nats.jetstream import copies_in_range
+from replicator.nats.jetstream import copies_in_range, pushed_out
 from replicator.sampling import state
 from replicator.sampling.rules import Message, SamplingParams
 from replicator.source_reader import SourceReader, SourceStreamGone
 from replicator.spark.clock_due import ClockDue, write_clock_due
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sink import BatchResult, OrderedSink, PublishError
+from replicator.subjects import rewrite_subject
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -284,7 +286,7 @@ class Unacked:
 
     seqs: set[int]
     since_ns: int
-    held: set[int] | None = None  # those the target holds, once read
+    held: dict[int, int] | None = None  # those the target holds (their target sequences), once read
 
 
 class SamplingSink:
@@ -330,6 +332,8 @@ class SamplingSink:
                 result.duplicates += r.duplicates
             # Every message of the batch is handled: copied, or deliberately skipped.
             self.ordered.handled_up_to(result.last_seq)
+            if self._unacked is not None and max(self._unacked.seqs) <= result.last_seq:
+                self._unacked = None  # replayed past it: what it did not copy again is not a copy now
         m, lab = metrics(), self.ordered.labels
         if advs.num_rows and self.p.advisory_subject:
             self.ordered.check_leader()
@@ -374,6 +378,9 @@ class SamplingSink:
         seqs = part.column("seq")
         sent = set(seqs.to_pylist())
         unacked = self._unacked
+        if unacked is not None and sent and min(sent) > max(unacked.seqs):
+            # The replay went past it: what it did not copy again is not a copy now.
+            self._unacked = unacked = None
         replay = unacked is not None and not sent.isdisjoint(unacked.seqs)
         started_ns = time.time_ns()
         try:
@@ -384,15 +391,12 @@ class SamplingSink:
             held = self._held(unacked)
             keep = pc.greater(seqs, o.floor)  # at or below: acknowledged since
             if held:
-                keep = pc.and_(
-                    keep, pc.invert(pc.is_in(seqs, value_set=pa.array(sorted(held), type=seqs.type)))
-                )
-            rest = part.filter(keep)
+                held_seqs = pa.array(sorted(held), type=seqs.type)
+                keep = pc.and_(keep, pc.invert(pc.is_in(seqs, value_set=held_seqs)))
+            rest = self._not_pushed_out(part.filter(keep), held)
             left_out = part.num_rows - rest.num_rows
             if left_out:
-                o.log.info(
-                    "left out %d copies the target holds or acknowledged, of a batch that failed", left_out
-                )
+                o.log.info("left out %d copies the target holds, of a batch that failed", left_out)
             r = o.publish_unchained(rest) if rest.num_rows else BatchResult()
             if max(sent) >= max(unacked.seqs):
                 self._unacked = None  # all it sent is in the target now
@@ -404,9 +408,10 @@ class SamplingSink:
                 self._unacked = Unacked(self._unacked.seqs | sent, min(started_ns, self._unacked.since_ns))
             raise
 
-    def _held(self, unacked: Unacked) -> set[int]:
-        """Which of what failed publishes sent the target holds (read once per failure; an
-        empty set when it cannot tell: then they go again, twice rather than lost)."""
+    def _held(self, unacked: Unacked) -> dict[int, int]:
+        """Which of what failed publishes sent the target holds: source sequence -> target
+        sequence (read once per failure; none when it cannot tell: then they go again, twice
+        rather than lost)."""
         if unacked.held is not None:
             return unacked.held
         o = self.ordered
@@ -431,8 +436,41 @@ class SamplingSink:
                 len(unacked.seqs),
                 why,
             )
-        unacked.held = set(found or ())
+        unacked.held = found or {}
         return unacked.held
+
+    def _not_pushed_out(self, rest: pa.Table, held: dict[int, int]) -> pa.Table:
+        """`rest` without the copies a target keeping N messages a subject would have dropped
+        anyway: one stored and then pushed out by later ones is not found, and published again
+        it would put an old value after a newer one (as the gap fill checks)."""
+        if not held or not rest.num_rows:
+            return rest
+        after = next_position(held)
+        o = self.ordered
+        gone: list[int] = []
+        for seq, subject in zip(
+            rest.column("seq").to_pylist(), rest.column("subject").to_pylist(), strict=True
+        ):
+            later = after(seq)
+            if later is None:
+                continue  # no later copy held: never stored, or stored last
+            target_subject = rewrite_subject(subject, o.settings.subject_prefix, o.settings.subject_remove)
+            try:
+                if self.loop.run(self._pushed_out(target_subject, later, seq), None):
+                    gone.append(seq)
+            except Exception:  # not known: published (an old value last rather than one lost)
+                continue
+        if not gone:
+            return rest
+        seqs = rest.column("seq")
+        return rest.filter(pc.invert(pc.is_in(seqs, value_set=pa.array(gone, type=seqs.type))))
+
+    async def _pushed_out(self, subject: str, later: int, seq: int) -> bool:
+        """Whether our copy of `seq` on target `subject`, stored before target sequence
+        `later`, would be gone by now (replicator.nats.jetstream.pushed_out)."""
+        o = self.ordered
+        nc = await o.connection()
+        return await pushed_out(nc, o.settings.target_stream, subject, later - 1, o.settings.owner, seq)
 
     def _copies(self, seqs: list[int], times_ms: list[int]) -> Iterator[pa.Table]:
         """The messages to copy, read back from the source in order, a chunk at a time (the

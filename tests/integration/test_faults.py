@@ -27,6 +27,7 @@ from helpers import (
     registration,
     run,
     start_replicator,
+    stream_last_sequence,
     wait_for,
     wait_handled,
     write_config,
@@ -36,8 +37,10 @@ from nats.js.api import StreamConfig
 from harness.faultproxy import FaultProxy
 from harness.localnats import NatsCluster
 from harness.servers import nats_cluster
-from harness.streams import copy_differences
+from harness.streams import copy_differences, read_all
 from harness.streams import count_messages as count
+from replicator.headers import parse_source_header
+from replicator.nats.wire import first_value
 
 from .test_sampling import SUBJECTS, fleet_file, got, sampling_stream, settle_expected
 
@@ -499,4 +502,49 @@ def test_a_sampled_unchained_batch_stored_with_its_acks_lost_is_not_stored_again
         finally:
             for link in links:
                 link.stop()
+    assert "Traceback" not in rep.output(10**9)
+
+
+def test_a_sampled_replay_does_not_store_again_a_copy_the_target_pushed_out(
+    source: NatsCluster, target: NatsCluster, tmp_path: Path
+) -> None:
+    """A target keeping one message a subject: a publish that failed stored a sender's copy
+    and then its next one (a size change), which pushed the first out. Its replay, past the
+    target's duplicate window, must not store the first again after the second: the
+    subject's value would go back to the older one."""
+    run(create_stream(source.url, "REG", ["reg.>"]))
+    run(create_stream(target.url, "REG", ["reg.>"], duplicate_window=1.0, max_msgs_per_subject=1))
+    with FaultProxy(_port(target.url)) as link:
+        cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+            {"stream": "REG", "source_url": source.url, "target_url": link.url, "chain_copies": False,
+             "inspect_field": "sender", "inspect_duration": "1h", "size_trigger": 100},
+        ])  # fmt: skip
+        rep = start_replicator(cfg)
+        try:
+
+            def doc(i: int, pad: int) -> bytes:
+                return json.dumps({"sender": f"n{i}", "pad": "x" * pad}).encode()
+
+            run(publish(source.url, [(f"reg.{i}", doc(i, 0), None) for i in range(50)]))
+            wait_handled(rep, source.url, "REG")
+            before = run(stream_last_sequence(target.url, "REG"))  # its count stays at 50
+            link.drop_replies()
+            # The first goes alone (the helper waits for its ack) and is no copy (same sender,
+            # same size); the pairs after it come as one batch: each sender's copy, then its next.
+            pairs = [(f"reg.{i}", doc(i, pad), None) for i in range(50) for pad in (500, 1000)]
+            run(publish(source.url, [("reg.0", doc(0, 0), None), *pairs]))
+            wait_for(lambda: run(stream_last_sequence(target.url, "REG")) > before, SLOW_S, "copies stored with their acks lost", rep)  # fmt: skip
+            time.sleep(3)  # past the target's duplicate window
+            link.restore()
+            wait_handled(rep, source.url, "REG")
+            last_on = {m.subject: m.seq for m in run(read_all(source.url, "REG"))}
+            held = {}
+            for m in run(read_all(target.url, "REG")):
+                mark = parse_source_header(first_value(m.headers, "Choria-SR-Source"))
+                assert mark is not None
+                assert m.subject not in held, f"{m.subject} twice in a target keeping one a subject"
+                held[m.subject] = mark.sequence
+            assert held == last_on  # every subject's newest source message, none older
+        finally:
+            assert rep.stop() == 0, rep.output()
     assert "Traceback" not in rep.output(10**9)
