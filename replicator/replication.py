@@ -433,7 +433,8 @@ class StreamReplication:
             # Not known which it holds above what acks said: all of that again, twice rather
             # than one never. Unchained: a chained publish reads the target's tail and goes on
             # after it, past a copy that a gap lacks. (A chained range has no gap: its
-            # publish below reads the tail, and goes on after our last copy.)
+            # publish below reads the tail and goes on after our last copy when the tail is
+            # ours; after another writer's message, it stores again what is above the acks.)
             first = max(left.first_seq, acked + 1)
             self.log.warning(
                 "could not tell which copies of source sequences %d-%d the target holds: publishing them "
