@@ -51,10 +51,9 @@ class GapFill:
     """One entry's gap fill; it remembers the in-flight range (first, last, since) it last
     checked, so a query restarted in this process does not scan the target again."""
 
-    def __init__(self, loop: LoopThread, log: StreamLogger, prefix: str, remove: str) -> None:
+    def __init__(self, loop: LoopThread, log: StreamLogger) -> None:
         self.loop = loop
         self.log = log
-        self.prefix, self.remove = prefix, remove  # the target's subject rewrite
         self._checked: tuple[int, int, int] | None = None
 
     def run(
@@ -114,8 +113,8 @@ class GapFill:
             # A target that keeps a few messages a subject removed those that later ones pushed
             # out: publishing them again would put old values after new ones. Decided for all
             # before any is published.
-            after = next_position(held)
-            missing = [m for m in missing if not self.loop.run(self._pushed_out(sink, m, after(m.seq)), None)]
+            gone = pushed_out_copies(self.loop, sink, [(m.seq, m.subject) for m in missing], held)
+            missing = [m for m in missing if m.seq not in gone]
         for i in range(0, len(missing), PUBLISH_CHUNK):
             chunk = missing[i : i + PUBLISH_CHUNK]
             sink.fill_gaps(pa.Table.from_batches([to_record_batch(sink.settings.source_stream, chunk)]))
@@ -130,13 +129,32 @@ class GapFill:
             )
         return True
 
-    async def _pushed_out(self, sink: OrderedSink, m: RawMessage, after: int | None) -> bool:
-        """Whether the copy of `m` would be gone from a target keeping N messages a subject,
-        had it been stored before target sequence `after` (the next copy the target holds)."""
-        if after is None:
-            return False
-        subject = rewrite_subject(m.subject, self.prefix, self.remove)
-        nc = await sink.connection()
-        return await pushed_out(
-            nc, sink.settings.target_stream, subject, after - 1, sink.settings.owner, m.seq
-        )
+
+def pushed_out_copies(
+    loop: LoopThread, sink: OrderedSink, rows: Iterable[tuple[int, str]], held: dict[int, int]
+) -> set[int]:
+    """Of `rows` (source sequence, source subject) that the target lacks, those whose copies a
+    target keeping N messages a subject would have dropped anyway, given the copies of ours
+    it holds (`held`: source sequence -> target sequence): stored where they belonged, before
+    the next copy it holds, they would have been pushed out since. Published again, they
+    would put an old value after a newer one. A check that fails keeps its row (an old
+    value last rather than one lost)."""
+    after = next_position(held)
+    s = sink.settings
+    gone: set[int] = set()
+    for seq, subject in rows:
+        later = after(seq)
+        if later is None:
+            continue  # no later copy held: never stored, or stored last
+
+        async def check(seq: int = seq, subject: str = subject, later: int = later) -> bool:
+            target_subject = rewrite_subject(subject, s.subject_prefix, s.subject_remove)
+            nc = await sink.connection()
+            return await pushed_out(nc, s.target_stream, target_subject, later - 1, s.owner, seq)
+
+        try:
+            if loop.run(check(), None):
+                gone.add(seq)
+        except Exception:
+            continue
+    return gone

@@ -142,7 +142,7 @@ class StreamReplication:
         self.batch_unsettled = False
         self.log = stream_logger(__name__, self.label)
         # Finds and publishes what a batch that failed mid-way left missing (replicator.gap_fill).
-        self.gap_fill = GapFill(loop, self.log, scfg.target_subject_prefix, scfg.target_subject_remove)
+        self.gap_fill = GapFill(loop, self.log)
         # The floor was just read from the target's last copy (a start, a takeover) and nothing
         # published since: catch_up need not read it again.
         self._floor_from_target = False

@@ -21,17 +21,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator.aio import LoopThread
-from replicator.gap_fill import next_position
+from replicator.gap_fill import pushed_out_copies
 from replicator.metrics import LIMITER, metrics
 from replicator.nats.advisories import publish_advisories
-from replicator.nats.jetstream import copies_in_range, pushed_out
+from replicator.nats.jetstream import copies_in_range
 from replicator.sampling import state
 from replicator.sampling.rules import Message, SamplingParams
 from replicator.source_reader import SourceReader, SourceStreamGone
 from replicator.spark.clock_due import ClockDue, write_clock_due
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sink import BatchResult, OrderedSink, PublishError
-from replicator.subjects import rewrite_subject
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -378,9 +377,6 @@ class SamplingSink:
         seqs = part.column("seq")
         sent = set(seqs.to_pylist())
         unacked = self._unacked
-        if unacked is not None and sent and min(sent) > max(unacked.seqs):
-            # The replay went past it: what it did not copy again is not a copy now.
-            self._unacked = unacked = None
         replay = unacked is not None and not sent.isdisjoint(unacked.seqs)
         started_ns = time.time_ns()
         try:
@@ -397,10 +393,7 @@ class SamplingSink:
             left_out = part.num_rows - rest.num_rows
             if left_out:
                 o.log.info("left out %d copies the target holds, of a batch that failed", left_out)
-            r = o.publish_unchained(rest) if rest.num_rows else BatchResult()
-            if max(sent) >= max(unacked.seqs):
-                self._unacked = None  # all it sent is in the target now
-            return r
+            return o.publish_unchained(rest) if rest.num_rows else BatchResult()
         except BaseException:
             if self._unacked is None:
                 self._unacked = Unacked(sent, started_ns)
@@ -440,37 +433,17 @@ class SamplingSink:
         return unacked.held
 
     def _not_pushed_out(self, rest: pa.Table, held: dict[int, int]) -> pa.Table:
-        """`rest` without the copies a target keeping N messages a subject would have dropped
-        anyway: one stored and then pushed out by later ones is not found, and published again
-        it would put an old value after a newer one (as the gap fill checks)."""
+        """`rest` without the copies the target stored and then pushed out under its limit of
+        messages a subject (gap_fill.pushed_out_copies): not found among those it holds, and
+        published again they would put an old value after a newer one."""
         if not held or not rest.num_rows:
             return rest
-        after = next_position(held)
-        o = self.ordered
-        gone: list[int] = []
-        for seq, subject in zip(
-            rest.column("seq").to_pylist(), rest.column("subject").to_pylist(), strict=True
-        ):
-            later = after(seq)
-            if later is None:
-                continue  # no later copy held: never stored, or stored last
-            target_subject = rewrite_subject(subject, o.settings.subject_prefix, o.settings.subject_remove)
-            try:
-                if self.loop.run(self._pushed_out(target_subject, later, seq), None):
-                    gone.append(seq)
-            except Exception:  # not known: published (an old value last rather than one lost)
-                continue
+        rows = zip(rest.column("seq").to_pylist(), rest.column("subject").to_pylist(), strict=True)
+        gone = pushed_out_copies(self.loop, self.ordered, rows, held)
         if not gone:
             return rest
         seqs = rest.column("seq")
-        return rest.filter(pc.invert(pc.is_in(seqs, value_set=pa.array(gone, type=seqs.type))))
-
-    async def _pushed_out(self, subject: str, later: int, seq: int) -> bool:
-        """Whether our copy of `seq` on target `subject`, stored before target sequence
-        `later`, would be gone by now (replicator.nats.jetstream.pushed_out)."""
-        o = self.ordered
-        nc = await o.connection()
-        return await pushed_out(nc, o.settings.target_stream, subject, later - 1, o.settings.owner, seq)
+        return rest.filter(pc.invert(pc.is_in(seqs, value_set=pa.array(sorted(gone), type=seqs.type))))
 
     def _copies(self, seqs: list[int], times_ms: list[int]) -> Iterator[pa.Table]:
         """The messages to copy, read back from the source in order, a chunk at a time (the
