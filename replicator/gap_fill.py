@@ -133,24 +133,37 @@ class GapFill:
 def pushed_out_copies(
     loop: LoopThread, sink: OrderedSink, rows: Iterable[tuple[int, str]], held: dict[int, int]
 ) -> set[int]:
-    """Of `rows` (source sequence, source subject) that the target lacks, those whose copies a
-    target keeping N messages a subject would have dropped anyway, given the copies of ours
-    it holds (`held`: source sequence -> target sequence): stored where they belonged, before
-    the next copy it holds, they would have been pushed out since. Published again, they
-    would put an old value after a newer one. A check that fails keeps its row (an old
-    value last rather than one lost)."""
+    """Of `rows` (source sequence, source subject) that the target lacks and that are about to
+    be published, those whose copies a target keeping N messages a subject would have dropped
+    anyway, given the copies of ours it holds (`held`: source sequence -> target sequence):
+    stored where they belonged, before the next copy it holds, they would have been pushed out
+    since, by the later messages it holds on their subject and the later rows on it. Published
+    again, they would put an old value after a newer one, or push out the newer one. A check
+    that fails keeps its row (an old value last rather than one lost)."""
     after = next_position(held)
     s = sink.settings
+    targeted = sorted(
+        (seq, rewrite_subject(subject, s.subject_prefix, s.subject_remove)) for seq, subject in rows
+    )
+    # Per row, the rows of later source sequences on its target subject: those are stored
+    # after it, where it belonged and now too.
+    rows_after: dict[str, int] = {}
+    later_rows: list[int] = [0] * len(targeted)
+    for i in range(len(targeted) - 1, -1, -1):
+        target_subject = targeted[i][1]
+        later_rows[i] = rows_after.get(target_subject, 0)
+        rows_after[target_subject] = later_rows[i] + 1
     gone: set[int] = set()
-    for seq, subject in rows:
+    for (seq, target_subject), also_later in zip(targeted, later_rows, strict=True):
         later = after(seq)
         if later is None:
             continue  # no later copy held: never stored, or stored last
 
-        async def check(seq: int = seq, subject: str = subject, later: int = later) -> bool:
-            target_subject = rewrite_subject(subject, s.subject_prefix, s.subject_remove)
+        async def check(
+            seq: int = seq, subject: str = target_subject, later: int = later, n: int = also_later
+        ) -> bool:
             nc = await sink.connection()
-            return await pushed_out(nc, s.target_stream, target_subject, later - 1, s.owner, seq)
+            return await pushed_out(nc, s.target_stream, subject, later - 1, s.owner, seq, n)
 
         try:
             if loop.run(check(), None):

@@ -403,18 +403,29 @@ async def copies_in_range(
 
 
 async def pushed_out(
-    target: ReplicatorClient, target_stream: str, subject: str, after_seq: int, owner: CopyOwner, seq: int
+    target: ReplicatorClient,
+    target_stream: str,
+    subject: str,
+    after_seq: int,
+    owner: CopyOwner,
+    seq: int,
+    also_later: int = 0,
 ) -> bool:
     """Whether the owner's copy of source sequence `seq`, had it been stored on `subject`
     before target sequence `after_seq`, would be gone by now: the target keeps
     `max_msgs_per_subject` messages a subject, and at least that many arrived on it after
     `after_seq` (whoever wrote them, but not the owner's copies of earlier source sequences,
-    which a gap fill stored there later)."""
+    which a gap fill stored there later), counting `also_later` copies of later source
+    sequences on `subject` that are about to be stored."""
     info = await stream_info(target, target_stream)
     limit = int(info.config.max_msgs_per_subject or 0) if info is not None else 0
-    if info is None or limit <= 0 or after_seq >= int(info.state.last_seq):
+    if info is None or limit <= 0:
         return False
-    later = 0
+    if also_later >= limit:
+        return True
+    if after_seq >= int(info.state.last_seq):
+        return False
+    later = also_later
     async for chunk in read_chunks(
         target,
         target_stream,

@@ -6,6 +6,7 @@ leader, acks after replication)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,6 +102,63 @@ async def main(url):
     print(sent, flush=True)
 asyncio.run(main(sys.argv[1]))
 """
+
+
+def test_two_refused_copies_filled_in_after_a_kill_9_do_not_push_out_the_newer_copy_on_their_subject(
+    source_like_target: NatsCluster, target_of_each_kind: tuple[NatsCluster, int], tmp_path: Path
+) -> None:
+    """A target keeping two messages a subject: unchained copies 1,500 and 1,501 on subject s.x
+    are refused (a per-message TTL the target does not allow yet) while 1,502, also on s.x, is
+    stored. After a kill -9 the gap fill finds both missing below the target's last copy. Had
+    they been stored in place, 1,500 would have been pushed out by 1,501 and 1,502: only 1,501
+    goes again, and s.x keeps 1,502 and 1,501. Before the fix each was checked against the
+    target alone (one later message on s.x, under the limit of two): both went again, and
+    their copies pushed 1,502's out, the newest value on s.x lost."""
+    target_cluster, r = target_of_each_kind
+    src, dst = source_like_target.url, target_cluster.url
+    run(create_stream(src, "S", ["s.>"], allow_msg_ttl=True, num_replicas=r))
+    items: list[tuple[str, bytes, dict[str, str] | None]] = [
+        (f"s.a.{i % 7}", registration(i, 600), None) for i in range(3_000)
+    ]
+    for i in (1_499, 1_500, 1_501):  # source sequences 1,500-1,502
+        items[i] = ("s.x", registration(i, 600), {"Nats-TTL": "1h"} if i < 1_501 else None)
+    run(publish(src, items))
+    target = StreamConfig(
+        name="T", subjects=["s.>"], allow_direct=True, max_msgs_per_subject=2, num_replicas=r
+    )
+    run(create_stream(dst, "T", ["s.>"], max_msgs_per_subject=2, num_replicas=r))
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+        {"stream": "S", "source_url": src, "target_url": dst, "target_stream": "T", "chain_copies": False,
+         "batch_max_messages": 3_000},
+    ])  # fmt: skip
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: "refused source sequence 1500" in rep.output(10**9), SLOW_S, "the refusal", rep)
+        wait_for(lambda: 1_502 in copied_source_sequences(dst, "T"), SLOW_S, "1502 stored after it", rep)
+    finally:
+        rep.kill9()
+    assert 1_501 not in copied_source_sequences(dst, "T")
+    rep = start_replicator(cfg)
+    try:
+        # The gap fill publishes what it decided to: refused until the target allows the TTL.
+        wait_for(
+            lambda: re.search("refused source sequence 150[01]", rep.output(10**9)),
+            SLOW_S,
+            "a gap filled",
+            rep,
+        )
+        run(update_stream(dst, StreamConfig(**{**target.as_dict(), "allow_msg_ttl": True})))  # type: ignore[arg-type]
+        wait_for(lambda: 1_501 in copied_source_sequences(dst, "T"), SLOW_S, "1501 copied", rep)
+        wait_handled(rep, src, "S")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    got = copied_source_sequences(dst, "T")
+    assert [seq for seq in got if seq in (1_500, 1_501, 1_502)] == [
+        1_502,
+        1_501,
+    ]  # 1501 after 1502: unchained
+    last_two = {f"s.a.{k}": [i + 1 for i in range(3_000) if items[i][0] == f"s.a.{k}"][-2:] for k in range(7)}
+    assert sorted(got) == sorted([1_501, 1_502, *(seq for seqs in last_two.values() for seq in seqs)])
 
 
 def test_a_target_with_another_writer_is_copied_exactly_and_in_order(
