@@ -4,7 +4,9 @@ chained publishes (`PipelinedPublisher`, as the sink sends them), NATS 2.12's at
 (`allow_batched`, stored as they come, acks driven by the server), on one server (R1) and on a
 3-server cluster (R3). Each mode copies the same messages, with the copies' own headers, in
 sink-sized batches that each wait for their last ack, into a fresh target; the rate and the CPU
-per message of the servers and of this (the publishing) process are printed for each.
+per message of the servers and of this (the publishing) process are printed for each. Mode
+`nats-py` is nats-py's own `publish_async` (a future and a parsed ack per copy, unchained), what
+the emulator used before it took the pipelined publisher: the baseline for the publisher's CPU.
 
     .venv/bin/python -m bench.publish_modes [--messages N] [--rounds R] [--topologies r1,r3]
 """
@@ -21,6 +23,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import nats
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 
 from bench.proctree import CpuSplit
@@ -117,11 +122,29 @@ def _check_ack(data: bytes) -> None:
         raise RuntimeError(f"refused: {data[:300]!r}")
 
 
-MODES: dict[str, Callable[..., Any]] = {"today": today, "atomic": atomic, "fast": fast}
+_natspy_contexts: dict[int, JetStreamContext] = {}
+
+
+async def natspy(nc: NATS, batch: list[tuple[str, bytes, bytes]], tail: int, r3: bool) -> int:
+    """nats-py's `publish_async`, every ack awaited and checked at the end of the batch."""
+    js = _natspy_contexts.setdefault(id(nc), nc.jetstream(publish_async_max_pending=4_000))
+    acks = []
+    for subject, data, lines in batch:
+        headers = dict(line.split(": ", 1) for line in lines.decode().split("\r\n") if line)
+        acks.append(await js.publish_async(subject, data, headers=headers))
+    for ack in await asyncio.gather(*acks):
+        if ack.stream != STREAM:
+            raise RuntimeError(f"nats-py: acked by {ack.stream}")
+    return tail + len(batch)
+
+
+MODES: dict[str, Callable[..., Any]] = {"today": today, "atomic": atomic, "fast": fast, "nats-py": natspy}
 
 
 async def copy_all(url: str, mode: str, n: int, size: int, r3: bool) -> float:
-    nc = await open_connection(url, name="publish-modes")
+    nc = await (
+        nats.connect(url.split(",")) if mode == "nats-py" else open_connection(url, name="publish-modes")
+    )
     js = nc.jetstream()
     await js.add_stream(
         StreamConfig(
@@ -169,7 +192,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3, help="modes alternated round by round")
     ap.add_argument("--topologies", default="r1,r3")
-    ap.add_argument("--modes", default="today,atomic,fast")
+    ap.add_argument("--modes", default="today,atomic,fast", help="of today, atomic, fast, nats-py")
     ap.add_argument("--out", default="reports/publish-modes.json")
     args = ap.parse_args()
     report: dict[str, Any] = {"messages": args.messages, "size": args.size, "rounds": args.rounds}
