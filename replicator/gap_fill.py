@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from replicator.aio import LoopThread
 from replicator.logs import StreamLogger
-from replicator.nats.jetstream import copies_in_range, pushed_out, stream_info
+from replicator.nats.jetstream import RowsOnSubject, copies_in_range, pushed_out, stream_info
 from replicator.nats.readers import RawMessage
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sink import OrderedSink
@@ -142,28 +142,30 @@ def pushed_out_copies(
     that fails keeps its row (an old value last rather than one lost)."""
     after = next_position(held)
     s = sink.settings
+    # Each row once (a row twice would count itself as a later copy of its own).
     targeted = sorted(
-        (seq, rewrite_subject(subject, s.subject_prefix, s.subject_remove)) for seq, subject in rows
+        {(seq, rewrite_subject(subject, s.subject_prefix, s.subject_remove)) for seq, subject in rows}
     )
-    # Per row, the rows of later source sequences on its target subject: those are stored
-    # after it, where it belonged and now too.
-    rows_after: dict[str, int] = {}
-    later_rows: list[int] = [0] * len(targeted)
-    for i in range(len(targeted) - 1, -1, -1):
-        target_subject = targeted[i][1]
-        later_rows[i] = rows_after.get(target_subject, 0)
-        rows_after[target_subject] = later_rows[i] + 1
+    # The rows on each target subject: a row's later ones there are stored after it, where it
+    # belonged and now too.
+    on_subject: dict[str, list[int]] = {}
+    for seq, target_subject in targeted:
+        on_subject.setdefault(target_subject, []).append(seq)  # ascending: `targeted` is sorted
+    rows_on = {subject: RowsOnSubject(seqs, frozenset(seqs)) for subject, seqs in on_subject.items()}
     gone: set[int] = set()
-    for (seq, target_subject), also_later in zip(targeted, later_rows, strict=True):
+    for seq, target_subject in targeted:
         later = after(seq)
         if later is None:
             continue  # no later copy held: never stored, or stored last
 
         async def check(
-            seq: int = seq, subject: str = target_subject, later: int = later, n: int = also_later
+            seq: int = seq,
+            subject: str = target_subject,
+            later: int = later,
+            also: RowsOnSubject = rows_on[target_subject],
         ) -> bool:
             nc = await sink.connection()
-            return await pushed_out(nc, s.target_stream, subject, later - 1, s.owner, seq, n)
+            return await pushed_out(nc, s.target_stream, subject, later - 1, s.owner, seq, also)
 
         try:
             if loop.run(check(), None):

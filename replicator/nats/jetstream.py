@@ -4,6 +4,7 @@ and finding where an earlier run stopped copying."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Collection
@@ -402,6 +403,23 @@ async def copies_in_range(
     return found
 
 
+@dataclass(frozen=True)
+class RowsOnSubject:
+    """The source sequences of the copies about to be published on one target subject."""
+
+    seqs: list[int]  # ascending
+    members: frozenset[int]
+
+    def later_than(self, seq: int) -> int:
+        return len(self.seqs) - bisect.bisect_right(self.seqs, seq)
+
+    def is_later(self, other: int, seq: int) -> bool:
+        return other > seq and other in self.members
+
+
+NO_ROWS = RowsOnSubject([], frozenset())
+
+
 async def pushed_out(
     target: ReplicatorClient,
     target_stream: str,
@@ -409,23 +427,24 @@ async def pushed_out(
     after_seq: int,
     owner: CopyOwner,
     seq: int,
-    also_later: int = 0,
+    also_later: RowsOnSubject = NO_ROWS,
 ) -> bool:
     """Whether the owner's copy of source sequence `seq`, had it been stored on `subject`
     before target sequence `after_seq`, would be gone by now: the target keeps
     `max_msgs_per_subject` messages a subject, and at least that many arrived on it after
     `after_seq` (whoever wrote them, but not the owner's copies of earlier source sequences,
-    which a gap fill stored there later), counting `also_later` copies of later source
-    sequences on `subject` that are about to be stored."""
+    which a gap fill stored there later), counting the owner's copies of the rows of
+    `also_later` later than `seq` (about to be published on `subject`) once, whether the
+    target holds them or not."""
     info = await stream_info(target, target_stream)
     limit = int(info.config.max_msgs_per_subject or 0) if info is not None else 0
     if info is None or limit <= 0:
         return False
-    if also_later >= limit:
+    later = also_later.later_than(seq)
+    if later >= limit:
         return True
     if after_seq >= int(info.state.last_seq):
         return False
-    later = also_later
     async for chunk in read_chunks(
         target,
         target_stream,
@@ -438,10 +457,10 @@ async def pushed_out(
             mark = parse_source_header(first_value(m.headers, SOURCE_HEADER))
             if (
                 mark is not None
-                and mark.sequence < seq
+                and (mark.sequence < seq or also_later.is_later(mark.sequence, seq))
                 and owner.owns(mark, first_value(m.headers, MSG_ID_HEADER))
             ):
-                continue
+                continue  # stored by a gap fill, or counted already
             later += 1
         if later >= limit:
             return True
