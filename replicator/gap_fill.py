@@ -131,15 +131,21 @@ class GapFill:
 
 
 def pushed_out_copies(
-    loop: LoopThread, sink: OrderedSink, rows: Iterable[tuple[int, str]], held: dict[int, int]
+    loop: LoopThread,
+    sink: OrderedSink,
+    rows: Iterable[tuple[int, str]],
+    held: dict[int, int],
+    counted: Iterable[tuple[int, str]] = (),
 ) -> set[int]:
     """Of `rows` (source sequence, source subject) that the target lacks and that are about to
     be published, those whose copies a target keeping N messages a subject would have dropped
     anyway, given the copies of ours it holds (`held`: source sequence -> target sequence):
     stored where they belonged, before the next copy it holds, they would have been pushed out
     since, by the later messages it holds on their subject and the later rows on it. Published
-    again, they would put an old value after a newer one, or push out the newer one. A check
-    that fails keeps its row (an old value last rather than one lost)."""
+    again, they would put an old value after a newer one, or push out the newer one. `counted`:
+    more rows of the same publishing, counted on their subjects but not decided here (a
+    sampled replay's later parts). A check that fails keeps its row (an old value last rather
+    than one lost)."""
     after = next_position(held)
     s = sink.settings
     # Each row once (a row twice would count itself as a later copy of its own).
@@ -148,9 +154,10 @@ def pushed_out_copies(
     )
     # The rows on each target subject: a row's later ones there are stored after it, where it
     # belonged and now too.
+    more = {(seq, rewrite_subject(subject, s.subject_prefix, s.subject_remove)) for seq, subject in counted}
     on_subject: dict[str, list[int]] = {}
-    for seq, target_subject in targeted:
-        on_subject.setdefault(target_subject, []).append(seq)  # ascending: `targeted` is sorted
+    for seq, target_subject in sorted(more.union(targeted)):
+        on_subject.setdefault(target_subject, []).append(seq)  # ascending
     rows_on = {subject: RowsOnSubject(seqs, frozenset(seqs)) for subject, seqs in on_subject.items()}
     gone: set[int] = set()
     for seq, target_subject in targeted:

@@ -323,8 +323,9 @@ class SamplingSink:
         result = BatchResult(received=decided.received, received_bytes=decided.received_bytes)
         if result.received:
             result.last_seq = decided.last_seq
+            on_subjects = self._replayed_subjects(decided.copies, decided.copy_times_ms)
             for part in self._copies(decided.copies, decided.copy_times_ms):
-                r = self._publish_copies(part)
+                r = self._publish_copies(part, on_subjects)
                 result.copied += r.copied
                 result.copied_bytes += r.copied_bytes
                 result.too_old += r.too_old
@@ -369,7 +370,21 @@ class SamplingSink:
         self.ordered.log.debug("batch %d: %d messages, %d copied, %d advisories", batch_id, result.received,
                   result.copied, advs.num_rows)  # fmt: skip
 
-    def _publish_copies(self, part: pa.Table) -> BatchResult:
+    def _replayed_subjects(self, seqs: list[int], times_ms: list[int]) -> list[tuple[int, str]]:
+        """(source sequence, subject) of every copy of a batch that replays a failed publish
+        (none otherwise): a copy of one part left out as pushed out must count the later
+        parts' copies on its subject too. Read from the source ahead of the parts (again for
+        each replay: they are rare, and only these two columns are kept)."""
+        unacked = self._unacked
+        if unacked is None or unacked.seqs.isdisjoint(seqs):
+            return []
+        return [
+            pair
+            for part in self._copies(seqs, times_ms)
+            for pair in zip(part.column("seq").to_pylist(), part.column("subject").to_pylist(), strict=True)
+        ]
+
+    def _publish_copies(self, part: pa.Table, on_subjects: list[tuple[int, str]]) -> BatchResult:
         """Publish copies (ordered.publish_table); in a replay of what a publish that failed
         sent, leave out those the target holds, and publish the rest unchained: the target
         may hold later ones (a copy lost at a clustered target's leader change, the next one
@@ -389,7 +404,7 @@ class SamplingSink:
             if held:
                 held_seqs = pa.array(sorted(held), type=seqs.type)
                 keep = pc.and_(keep, pc.invert(pc.is_in(seqs, value_set=held_seqs)))
-            rest = self._not_pushed_out(part.filter(keep), held)
+            rest = self._not_pushed_out(part.filter(keep), held, on_subjects)
             left_out = part.num_rows - rest.num_rows
             if left_out:
                 o.log.info("left out %d copies the target holds, of a batch that failed", left_out)
@@ -432,14 +447,17 @@ class SamplingSink:
         unacked.held = found or {}
         return unacked.held
 
-    def _not_pushed_out(self, rest: pa.Table, held: dict[int, int]) -> pa.Table:
+    def _not_pushed_out(
+        self, rest: pa.Table, held: dict[int, int], on_subjects: list[tuple[int, str]]
+    ) -> pa.Table:
         """`rest` without the copies the target stored and then pushed out under its limit of
-        messages a subject (gap_fill.pushed_out_copies): not found among those it holds, and
-        published again they would put an old value after a newer one."""
+        messages a subject (gap_fill.pushed_out_copies), counting the batch's copies in
+        `on_subjects`: not found among those it holds, and published again they would put an
+        old value after a newer one."""
         if not held or not rest.num_rows:
             return rest
         rows = zip(rest.column("seq").to_pylist(), rest.column("subject").to_pylist(), strict=True)
-        gone = pushed_out_copies(self.loop, self.ordered, rows, held)
+        gone = pushed_out_copies(self.loop, self.ordered, rows, held, counted=on_subjects)
         if not gone:
             return rest
         seqs = rest.column("seq")

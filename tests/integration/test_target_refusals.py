@@ -6,6 +6,7 @@ leader, acks after replication)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -159,6 +160,51 @@ def test_two_refused_copies_filled_in_after_a_kill_9_do_not_push_out_the_newer_c
     ]  # 1501 after 1502: unchained
     last_two = {f"s.a.{k}": [i + 1 for i in range(3_000) if items[i][0] == f"s.a.{k}"][-2:] for k in range(7)}
     assert sorted(got) == sorted([1_501, 1_502, *(seq for seqs in last_two.values() for seq in seqs)])
+
+
+def test_a_sampled_replay_counts_a_later_parts_copy_before_publishing_a_refused_one_again(
+    source_like_target: NatsCluster, target_of_each_kind: tuple[NatsCluster, int], tmp_path: Path
+) -> None:
+    """A sampled entry, a target keeping two messages a subject. One batch copies sender x three
+    times, all on reg.x: 1 (first seen, with a per-message TTL the target does not allow yet:
+    refused), 2 (a size change: stored) and 303 (another size change, after 300 messages that
+    are no copies, so read and published as a later part of the batch). Had 1 been stored in
+    place, 2 and 303 would have pushed it out: Spark's replay of the failed batch must not
+    publish it again. Before the fix the replay checked 1 against its own part only (one later
+    message on reg.x, under the limit): published after 2, and 303 after it, reg.x lost 2."""
+    target_cluster, r = target_of_each_kind
+    src, dst = source_like_target.url, target_cluster.url
+    run(create_stream(src, "REG", ["reg.>"], allow_msg_ttl=True, num_replicas=r))
+    target = StreamConfig(
+        name="REG", subjects=["reg.>"], allow_direct=True, max_msgs_per_subject=2, num_replicas=r
+    )
+    run(create_stream(dst, "REG", ["reg.>"], max_msgs_per_subject=2, num_replicas=r))
+
+    def doc(pad: int) -> bytes:
+        return json.dumps({"sender": "x", "pad": "x" * pad}).encode()
+
+    run(publish(src, [
+        ("reg.x", doc(0), {"Nats-TTL": "1h"}),
+        ("reg.x", doc(500), None),
+        *[("reg.x", doc(500), None) for _ in range(300)],  # the same size: no copies
+        ("reg.x", doc(1000), None),
+    ]))  # fmt: skip
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+        {"stream": "REG", "source_url": src, "target_url": dst, "chain_copies": False,
+         "inspect_field": "sender", "inspect_duration": "1h", "size_trigger": 100},
+    ])  # fmt: skip
+    rep = start_replicator(cfg)
+    try:
+        wait_for(
+            lambda: 2 in copied_source_sequences(dst, "REG"), SLOW_S, "copy 2 stored after 1 refused", rep
+        )
+        # The replay publishes what it decided to: refused until the target allows the TTL.
+        run(update_stream(dst, StreamConfig(**{**target.as_dict(), "allow_msg_ttl": True})))  # type: ignore[arg-type]
+        wait_handled(rep, src, "REG")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert "refused source sequence 1:" in rep.output(10**9)  # what this test is about happened
+    assert copied_source_sequences(dst, "REG") == [2, 303]
 
 
 def test_a_target_with_another_writer_is_copied_exactly_and_in_order(
