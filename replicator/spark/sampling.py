@@ -24,7 +24,7 @@ from replicator.aio import LoopThread
 from replicator.gap_fill import pushed_out_copies
 from replicator.metrics import LIMITER, metrics
 from replicator.nats.advisories import publish_advisories
-from replicator.nats.jetstream import copies_in_range
+from replicator.nats.jetstream import copies_in_range, stream_info
 from replicator.sampling import state
 from replicator.sampling.rules import Message, SamplingParams
 from replicator.source_reader import SourceReader, SourceStreamGone
@@ -371,18 +371,34 @@ class SamplingSink:
                   result.copied, advs.num_rows)  # fmt: skip
 
     def _replayed_subjects(self, seqs: list[int], times_ms: list[int]) -> list[tuple[int, str]]:
-        """(source sequence, subject) of every copy of a batch that replays a failed publish
-        (none otherwise): a copy of one part left out as pushed out must count the later
-        parts' copies on its subject too. Read from the source ahead of the parts (again for
-        each replay: they are rare, and only these two columns are kept)."""
+        """(source sequence, subject) of every copy of a batch that replays a failed publish,
+        when the target keeps N messages a subject and holds some of what it sent (none
+        otherwise): a copy of one part left out as pushed out must count the later parts'
+        copies on its subject too. Read from the source ahead of the parts (again for each
+        such replay: they are rare, and only these two columns are kept)."""
         unacked = self._unacked
-        if unacked is None or unacked.seqs.isdisjoint(seqs):
+        if unacked is None or unacked.seqs.isdisjoint(seqs) or not self._held(unacked):
             return []
+        if not self._keeps_n_a_subject():
+            return []  # nothing is pushed out: no check counts them
         return [
             pair
             for part in self._copies(seqs, times_ms)
             for pair in zip(part.column("seq").to_pylist(), part.column("subject").to_pylist(), strict=True)
         ]
+
+    def _keeps_n_a_subject(self) -> bool:
+        """Whether the target keeps a number of messages a subject (or cannot say)."""
+        o = self.ordered
+
+        async def limit() -> int:
+            info = await stream_info(await o.connection(), o.settings.target_stream)
+            return int(info.config.max_msgs_per_subject or 0) if info is not None else 0
+
+        try:
+            return self.loop.run(limit(), 30) > 0
+        except Exception:
+            return True  # counted: the checks themselves find out
 
     def _publish_copies(self, part: pa.Table, on_subjects: list[tuple[int, str]]) -> BatchResult:
         """Publish copies (ordered.publish_table); in a replay of what a publish that failed
