@@ -148,17 +148,17 @@ def pushed_out_copies(
     than one lost)."""
     after = next_position(held)
     s = sink.settings
-    # Each row once (a row twice would count itself as a later copy of its own).
-    targeted = sorted(
-        {(seq, rewrite_subject(subject, s.subject_prefix, s.subject_remove)) for seq, subject in rows}
-    )
+
+    def on_target(pairs: Iterable[tuple[int, str]]) -> set[tuple[int, str]]:
+        return {(seq, rewrite_subject(subject, s.subject_prefix, s.subject_remove)) for seq, subject in pairs}
+
+    targeted = sorted(on_target(rows))  # each row once: twice, it would count as its own later copy
     # The rows on each target subject: a row's later ones there are stored after it, where it
     # belonged and now too.
-    more = {(seq, rewrite_subject(subject, s.subject_prefix, s.subject_remove)) for seq, subject in counted}
     on_subject: dict[str, list[int]] = {}
-    for seq, target_subject in sorted(more.union(targeted)):
-        on_subject.setdefault(target_subject, []).append(seq)  # ascending
-    rows_on = {subject: RowsOnSubject(seqs, frozenset(seqs)) for subject, seqs in on_subject.items()}
+    for seq, target_subject in on_target(counted).union(targeted):
+        on_subject.setdefault(target_subject, []).append(seq)
+    rows_on = {subject: RowsOnSubject(seqs) for subject, seqs in on_subject.items()}
     gone: set[int] = set()
     for seq, target_subject in targeted:
         later = after(seq)

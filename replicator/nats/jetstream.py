@@ -7,7 +7,7 @@ import asyncio
 import bisect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -403,12 +403,12 @@ async def copies_in_range(
     return found
 
 
-@dataclass(frozen=True)
 class RowsOnSubject:
     """The source sequences of the copies about to be published on one target subject."""
 
-    seqs: list[int]  # ascending
-    members: frozenset[int]
+    def __init__(self, seqs: Iterable[int] = ()) -> None:
+        self.seqs = sorted(seqs)
+        self.members = frozenset(self.seqs)
 
     def later_than(self, seq: int) -> int:
         return len(self.seqs) - bisect.bisect_right(self.seqs, seq)
@@ -417,7 +417,7 @@ class RowsOnSubject:
         return other > seq and other in self.members
 
 
-NO_ROWS = RowsOnSubject([], frozenset())
+NO_ROWS = RowsOnSubject()
 
 
 async def pushed_out(
