@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import (
@@ -105,6 +106,22 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
+def unchained_to_t(src: str, dst: str, tmp_path: Path, **target: Any) -> tuple[StreamConfig, Path]:
+    """Target stream T (`target`: its settings) and the config of an unchained entry copying
+    S to it in batches of up to 3,000."""
+    cfg = StreamConfig(name="T", subjects=["s.>"], allow_direct=True, **target)
+    run(create_stream(dst, "T", ["s.>"], **target))
+    return cfg, write_config(tmp_path / "sr.yaml", "dc1", [
+        {"stream": "S", "source_url": src, "target_url": dst, "target_stream": "T", "chain_copies": False,
+         "batch_max_messages": 3_000},
+    ])  # fmt: skip
+
+
+def allow(dst: str, cfg: StreamConfig, setting: str) -> None:
+    """The target's operator allows what it refused (a test's fix of the target)."""
+    run(update_stream(dst, StreamConfig(**{**cfg.as_dict(), setting: True})))  # type: ignore[arg-type]
+
+
 def test_two_refused_copies_filled_in_after_a_kill_9_do_not_push_out_the_newer_copy_on_their_subject(
     source_like_target: NatsCluster, target_of_each_kind: tuple[NatsCluster, int], tmp_path: Path
 ) -> None:
@@ -124,14 +141,7 @@ def test_two_refused_copies_filled_in_after_a_kill_9_do_not_push_out_the_newer_c
     for i in (1_499, 1_500, 1_501):  # source sequences 1,500-1,502
         items[i] = ("s.x", registration(i, 600), {"Nats-TTL": "1h"} if i < 1_501 else None)
     run(publish(src, items))
-    target = StreamConfig(
-        name="T", subjects=["s.>"], allow_direct=True, max_msgs_per_subject=2, num_replicas=r
-    )
-    run(create_stream(dst, "T", ["s.>"], max_msgs_per_subject=2, num_replicas=r))
-    cfg = write_config(tmp_path / "sr.yaml", "dc1", [
-        {"stream": "S", "source_url": src, "target_url": dst, "target_stream": "T", "chain_copies": False,
-         "batch_max_messages": 3_000},
-    ])  # fmt: skip
+    target, cfg = unchained_to_t(src, dst, tmp_path, max_msgs_per_subject=2, num_replicas=r)
     rep = start_replicator(cfg)
     try:
         wait_for(lambda: "refused source sequence 1500" in rep.output(10**9), SLOW_S, "the refusal", rep)
@@ -148,7 +158,7 @@ def test_two_refused_copies_filled_in_after_a_kill_9_do_not_push_out_the_newer_c
             "a gap filled",
             rep,
         )
-        run(update_stream(dst, StreamConfig(**{**target.as_dict(), "allow_msg_ttl": True})))  # type: ignore[arg-type]
+        allow(dst, target, "allow_msg_ttl")
         wait_for(lambda: 1_501 in copied_source_sequences(dst, "T"), SLOW_S, "1501 copied", rep)
         wait_handled(rep, src, "S")
     finally:
@@ -199,7 +209,7 @@ def test_a_sampled_replay_counts_a_later_parts_copy_before_publishing_a_refused_
             lambda: 2 in copied_source_sequences(dst, "REG"), SLOW_S, "copy 2 stored after 1 refused", rep
         )
         # The replay publishes what it decided to: refused until the target allows the TTL.
-        run(update_stream(dst, StreamConfig(**{**target.as_dict(), "allow_msg_ttl": True})))  # type: ignore[arg-type]
+        allow(dst, target, "allow_msg_ttl")
         wait_handled(rep, src, "REG")
     finally:
         assert rep.stop() == 0, rep.output()
@@ -262,14 +272,7 @@ def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
     subject = items[1_499][0] if per_subject else "s.rollup"
     items[1_499] = (subject, registration(1_499, 600), {"Nats-Rollup": "sub"})
     run(publish(src, items))
-    target = StreamConfig(
-        name="T", subjects=["s.>"], allow_direct=True, max_msgs_per_subject=per_subject or -1
-    )
-    run(create_stream(dst, "T", ["s.>"], max_msgs_per_subject=per_subject or -1))
-    cfg = write_config(tmp_path / "sr.yaml", "dc1", [
-        {"stream": "S", "source_url": src, "target_url": dst, "target_stream": "T", "chain_copies": False,
-         "batch_max_messages": 3_000},
-    ])  # fmt: skip
+    target, cfg = unchained_to_t(src, dst, tmp_path, max_msgs_per_subject=per_subject or -1)
     rep = start_replicator(cfg)
     try:
         wait_for(lambda: "refused source sequence 1500" in rep.output(10**9), SLOW_S, "the refusal", rep)
@@ -299,7 +302,7 @@ def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
                 "1500 published again",
                 rep,
             )
-            run(update_stream(dst, StreamConfig(**{**target.as_dict(), "allow_rollup_hdrs": True})))  # type: ignore[arg-type]
+            allow(dst, target, "allow_rollup_hdrs")
             wait_for(lambda: run(count(dst, "T")) == 3_000, SLOW_S, "1500 copied", rep)
             assert "the target lacked 1 copies" in rep.output(10**9)
     finally:
