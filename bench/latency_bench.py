@@ -1,7 +1,7 @@
 """`make bench` (latency): how long a copy takes to land once the replicator has caught up.
 
     .venv/bin/python -m bench.latency_bench [--go-binary PATH] [--trickle 3000] [--rate 100]
-        [--idle-seconds 20] [--spark-conf KEY=VALUE ...] [--sampled] [--entry KEY=VALUE ...]
+        [--idle-seconds 20] [--spark-conf KEY=VALUE ...] [--sampled] [--entry KEY=VALUE ...] [--busy N]
 
 For each replicator (ours; the Go Choria replicator too when its binary is given), on two fresh
 local nats-servers: a warm-up, then a trickle of `--trickle` 1 KB messages at `--rate`/s, then a
@@ -11,7 +11,10 @@ carries (both stamped by the servers, on this machine's clock). Printed: p50/p99
 trickle and for the trickle's messages while the backlog drains, the drain's time, whether the
 target holds every source message once and in order, the CPU the copier and both servers spend
 while nothing is published (after the warm-up, for `--idle-seconds`), and, for ours, where a
-batch's time goes (Spark's steps, from the replicator's own /metrics).
+batch's time goes (Spark's steps, from the replicator's own /metrics). `--busy N` runs N
+processes that spin on a core through the trickle and the drain (not the idle measure), each in
+a session of its own, as another service on the machine would be: with the kernel's autogroup
+scheduling (on by default on most distributions) the CPU is shared between sessions first.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import json
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -176,6 +180,21 @@ def _go(binary: str, src: str, dst: str, work: Path) -> Iterator[tuple[str | Non
         proc.wait(30)
 
 
+BUSY_LOOP = "while True: pass"
+
+
+@contextmanager
+def busy_cores(n: int) -> Iterator[None]:
+    """`n` processes spinning on a core meanwhile, each in a session of its own."""
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def run_one(label: str, copier: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     with local_cluster(1, "latsrc") as s, local_cluster(1, "latdst") as d:
         asyncio.run(_create_streams(s.url, d.url))
@@ -188,13 +207,14 @@ def run_one(label: str, copier: Any, args: argparse.Namespace, work: Path) -> di
             cpu.start()
             time.sleep(args.idle_seconds)
             idle = {k: v / args.idle_seconds for k, v in cpu.stop().items() if not k.startswith("JVM: ")}
-            before = batch_steps(metrics_url) if metrics_url else {}
-            asyncio.run(_trickle(s.url, "trickle", args.trickle, args.rate))
-            _wait_for(d.url, warm + args.trickle, 120)
-            after = batch_steps(metrics_url) if metrics_url else {}
-            drained, drain_s = asyncio.run(
-                _drain_phase(s.url, d.url, args.backlog, args.rate, warm + args.trickle)
-            )
+            with busy_cores(args.busy):
+                before = batch_steps(metrics_url) if metrics_url else {}
+                asyncio.run(_trickle(s.url, "trickle", args.trickle, args.rate))
+                _wait_for(d.url, warm + args.trickle, 120)
+                after = batch_steps(metrics_url) if metrics_url else {}
+                drained, drain_s = asyncio.run(
+                    _drain_phase(s.url, d.url, args.backlog, args.rate, warm + args.trickle)
+                )
             total = warm + args.trickle + args.backlog + drained
             _wait_for(d.url, total, 120)
         copies = asyncio.run(read_all(d.url, STREAM))
@@ -234,6 +254,10 @@ def main() -> None:
     )
     ap.add_argument("--entry", action="append", default=[], metavar="KEY=VALUE",
                     help="a key of ours' stream entry, its value as YAML (e.g. sampling_buckets=8)")  # fmt: skip
+    ap.add_argument(
+        "--busy", type=int, default=0, metavar="N",
+        help="N processes spinning on a core through the trickle and the drain (a busy machine)",
+    )  # fmt: skip
     ap.add_argument("--out", default="reports/latency.json")
     args = ap.parse_args()
     spark_conf = dict(kv.split("=", 1) for kv in args.spark_conf)
@@ -247,9 +271,10 @@ def main() -> None:
         )
     else:
         print("Go replicator: not given (--go-binary PATH), so not measured")
+    busy = f"; {args.busy} busy-looping processes beside" if args.busy else ""
     print(
         f"\nlatency of a copy (target timestamp - source timestamp), ms; trickle {args.trickle} x 1 KB at "
-        f"{args.rate:.0f}/s; drain: the trickle's copies while {args.backlog:,} published at once drain\n"
+        f"{args.rate:.0f}/s; drain: the trickle's copies while {args.backlog:,} published at once drain{busy}\n"
     )
     print(
         f"{'replicator':32} {'p50':>6} {'p99':>6} {'max':>6}   {'drain p50':>9} {'p99':>7} {'max':>7} {'drain s':>8}  order"
