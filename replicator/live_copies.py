@@ -19,6 +19,7 @@ kept beside the checkpoint for the next start (replicator.live_mark).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -55,8 +56,18 @@ STOP_WAIT_S = 5.0
 # The live copies, stopped by something else than a publish, start again after this, doubling.
 RESTART_FIRST_S = 1.0
 RESTART_MAX_S = 30.0
+# At most this many new messages are read in the same trip to the connection's loop as the
+# stream's last sequence (_look); more are read a chunk at a time by _copy.
+FEW_MESSAGES = 256
 # The live mark (replicator.live_mark) is written at most this often while copying.
 MARK_EVERY_S = 0.2
+
+
+def _stored_bytes(m: RawMessage) -> int:
+    """A message's bytes as the server counts them against a read's max_bytes: its subject,
+    headers and data (each header line roughly: name, ': ', value, CRLF)."""
+    headers = sum(len(k) + len(v) + 4 for k, v in m.headers) if m.headers else 0
+    return len(m.subject) + headers + len(m.data)
 
 
 class _Stop(Exception):
@@ -184,8 +195,9 @@ class LiveCopier:
         pause = RING_RECHECK_S
         while not self._stop.is_set():
             self._note_progress()
+            cursor = max(cursor, r.sink.floor)
             try:
-                last = self._source_last_seq()
+                last, few, covered = r.loop.run(self._look(reader, cursor), 60)
             except _Stop:
                 raise
             except Exception as e:
@@ -194,7 +206,14 @@ class LiveCopier:
                 r.log.debug("live copies: the source did not answer (%s)", e)
                 self._stop.wait(READ_RETRY_S)
                 continue
-            cursor = max(cursor, r.sink.floor)
+            if few is not None:
+                if not self._acks_in():
+                    break  # stopped: nothing of these is recorded yet
+                if few:
+                    self.copied += r.copy_ahead(few).copied
+                cursor = covered
+                settle_by = 0.0
+                continue
             if last > cursor:
                 end = min(last, cursor + (r.s.batch_max_messages or 10_000)) + 1
                 if not self._copy(reader, cursor + 1, end):
@@ -211,11 +230,35 @@ class LiveCopier:
             if self._wait_for_news():
                 settle_by, pause = time.monotonic() + RING_SETTLE_S, RING_RECHECK_S
 
-    def _source_last_seq(self) -> int:
+    async def _look(self, reader: SourceReader, cursor: int) -> tuple[int, list[RawMessage] | None, int]:
+        """One trip to the connection's loop: where the source ends and, when only a few messages
+        lie above `cursor` (a trickle), those messages too, (last, messages, the sequence they
+        cover up to); (last, None, cursor) when there are none or more (read by _copy). Each
+        trip costs two thread switches, which on a busy machine are where a copy waits
+        (docs/performance.md)."""
+        last = await self._source_last_seq()
+        # Never more in one publish than a batch may hold.
+        if not cursor < last <= cursor + min(FEW_MESSAGES, self.r.s.batch_max_messages or FEW_MESSAGES):
+            return last, None, cursor
+        got: list[RawMessage] = []
+        size = 0
+        try:
+            async with contextlib.aclosing(reader.chunks(cursor + 1, last + 1)) as chunks:
+                async for chunk in chunks:
+                    got.extend(chunk)
+                    size += sum(_stored_bytes(m) for m in chunk)
+                    if size >= reader.o.chunk_bytes and got:
+                        return last, got, got[-1].seq  # all up to it read; the rest next time
+        except Exception as e:  # _copy reads them again, and retries as a failed read does
+            self.r.log.debug("live copies: reading %d-%d failed (%s)", cursor + 1, last, e)
+            return last, None, cursor
+        return last, got, last
+
+    async def _source_last_seq(self) -> int:
         """The source's last sequence; _Stop when it is gone or another stream of its name."""
         r = self.r
         assert self._nc is not None
-        info = r.loop.run(stream_info(self._nc, r.s.stream), 5)
+        info = await asyncio.wait_for(stream_info(self._nc, r.s.stream), 5)
         if info is None:
             raise _Stop(f"source stream {r.s.stream} does not exist")
         created = created_us(info)
@@ -278,7 +321,7 @@ class LiveCopier:
                 if bell is not None:
                     r.loop.run(bell.disarm(), 5)
                 bell = self._bell = Doorbell(self._subjects)
-            if r.loop.run(bell.arm(nc), 10):
+            if not bell.armed and r.loop.run(bell.arm(nc), 10):  # armed: no trip to the loop
                 return True
         except DoorbellRefused as e:
             r.log.info("live copies: the server refused a subscription to %s (%s); asking the stream every "

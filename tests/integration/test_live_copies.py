@@ -6,7 +6,9 @@ clusters with R3 streams."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from nats_servers import NatsCluster
 
 from harness.faultproxy import FaultProxy
 from harness.streams import count_messages as count
+from harness.streams import read_all
 from replicator.live_mark import read_live_mark
 from replicator.spark.checkpoint import committed_end, open_checkpoint
 
@@ -308,3 +311,41 @@ def test_copy_live_unset_copies_live_only_from_a_source_with_direct_gets(
         "PLAIN/dc1: the query's batches make the copies: live copies (copy_live) need a source stream" in log
     )
     assert _copied_live(log, "DIRECT/dc1") > 0 and _copied_live(log, "FORCED/dc1") > 0, log
+
+
+def test_a_burst_of_large_messages_copied_live_is_read_a_chunks_bytes_at_a_time_once_in_order(
+    source_server: NatsCluster, nats_server: NatsCluster, tmp_path: Path
+) -> None:
+    """A few new messages are read in the same trip as the stream's end (replicator.live_copies,
+    _look), but never more bytes at once than a read chunk holds: 24 messages of 1 MB found at
+    once, 24 MB against a chunk's 16 MiB, are read in two parts (17 and 7, seen in a one-off
+    run with a log line there), and each lands once, in order, intact. The query's batch, held
+    by the pause too, may take some of them instead: the copy must be exact either way."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "ORDERS", ["orders.>"]))
+    run(publish(src, [(f"orders.{i % 13}", registration(i, 500), None) for i in range(100)]))
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [_entry(src, dst)])
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_for(lambda: LIVE in rep.output(10**9), SLOW_S, "copying live", rep)
+        wait_handled(rep, src, "ORDERS")
+        # The driver paused while they are published, so that its next look finds all 24.
+        assert rep.proc is not None
+        os.kill(rep.proc.pid, signal.SIGSTOP)
+        try:
+            run(
+                publish(
+                    src, [(f"orders.{i % 13}", bytes([i % 251]) * 1_000_000, None) for i in range(100, 124)]
+                )
+            )
+        finally:
+            os.kill(rep.proc.pid, signal.SIGCONT)
+        wait_handled(rep, src, "ORDERS")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert copied_source_sequences(dst, "ORDERS") == list(range(1, 125)), "each once, in order"
+    copies = run(read_all(dst, "ORDERS"))
+    assert [m.data for m in copies[100:]] == [bytes([i % 251]) * 1_000_000 for i in range(100, 124)]
+    log = rep.output(10**9)
+    assert "Traceback" not in log and "live copies stopped" not in log, log
