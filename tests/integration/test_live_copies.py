@@ -317,7 +317,7 @@ def test_a_burst_of_large_messages_copied_live_is_read_a_chunks_bytes_at_a_time_
     source_server: NatsCluster, nats_server: NatsCluster, tmp_path: Path
 ) -> None:
     """A few new messages are read in the same trip as the stream's end (replicator.live_copies,
-    _look), but never more bytes at once than a read chunk holds: 24 messages of 1 MB found at
+    _look), reading on only until a read chunk's bytes are passed: 24 messages of 1 MB found at
     once, 24 MB against a chunk's 16 MiB, are read in two parts (17 and 7, seen in a one-off
     run with a log line there), and each lands once, in order, intact. The query's batch, held
     by the pause too, may take some of them instead: the copy must be exact either way."""
