@@ -44,6 +44,8 @@ class _Link:
     # read and dropped (acks lost on the way back); it stays set, as `dead` does.
     deaf: bool = False
     client_reader: asyncio.StreamReader | None = None
+    # Bytes the client sent that a stall holds in this proxy (read as it began, not forwarded).
+    held: int = 0
 
     def close(self) -> None:
         for w in (self.client, self.upstream):
@@ -151,6 +153,7 @@ class FaultProxy:
             for link in self._links:
                 if link.client_reader is not None:  # read from the socket, not yet forwarded
                     total += len(link.client_reader._buffer)  # type: ignore[attr-defined]
+                total += link.held
                 sock = link.client.get_extra_info("socket")
                 if sock is not None:
                     with contextlib.suppress(OSError):
@@ -162,7 +165,8 @@ class FaultProxy:
 
     def stall(self) -> None:
         """Nothing is read from either side until `restore()`: a peer that froze (a stopped
-        VM, a full receive window). The senders' buffers fill and their writes wait."""
+        VM, a full receive window). The senders' buffers fill and their writes wait. What a
+        read in hand returns after this is held until `restore()` too (lost with a `cut()`)."""
         self._stalled = True
 
     def restore(self) -> None:
@@ -237,6 +241,14 @@ class FaultProxy:
                 data = await src.read(_CHUNK)
                 if not data:
                     break
+                # Read after the stall began (the read was waiting when it was set): held too,
+                # or the first publish after a stall would pass whole, its acks with it.
+                if self._stalled and not to_client:
+                    link.held += len(data)
+                while self._stalled:
+                    await asyncio.sleep(0.05)
+                if not to_client:
+                    link.held = 0
                 if not link.dead:
                     queue.put_nowait((time.monotonic() + self.latency, data))
             queue.put_nowait((0.0, b""))

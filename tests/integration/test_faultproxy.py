@@ -93,3 +93,30 @@ def test_drop_replies_stores_a_publish_and_loses_its_ack(nats_server: NatsCluste
 
     with FaultProxy(_port(nats_server.url)) as proxy:
         asyncio.run(go(proxy))
+
+
+def test_a_stall_holds_the_first_publish_after_it_until_restore(nats_server: NatsCluster) -> None:
+    """The proxy's read is already waiting when a stall begins: what it returns is held too,
+    or a kill during a stall could fall after a publish that passed whole (its ack with it)."""
+
+    async def go(proxy: FaultProxy) -> None:
+        direct = await nats.connect(nats_server.url)
+        nc = await nats.connect(proxy.url)
+        try:
+            await direct.jetstream().add_stream(name="STALL", subjects=["stall.>"])
+            js = nc.jetstream(timeout=10)
+            await js.publish("stall.a", b"before")
+            proxy.stall()
+            after = asyncio.ensure_future(js.publish("stall.a", b"after" * 100))
+            await asyncio.sleep(0.5)
+            assert (await direct.jetstream().stream_info("STALL")).state.messages == 1, "it passed the stall"
+            assert await asyncio.to_thread(proxy.unread_bytes) >= 500, "held, and counted as in flight"
+            proxy.restore()
+            await after
+            assert (await direct.jetstream().stream_info("STALL")).state.messages == 2
+        finally:
+            await nc.close()
+            await direct.close()
+
+    with FaultProxy(_port(nats_server.url)) as proxy:
+        asyncio.run(go(proxy))
