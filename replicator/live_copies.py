@@ -224,7 +224,7 @@ class LiveCopier:
                 continue
             now = time.monotonic()
             if now < settle_by:
-                self._stop.wait(min(pause, settle_by - now))
+                self._pause(min(pause, settle_by - now))
                 pause *= 2
                 continue
             if self._wait_for_news():
@@ -306,6 +306,15 @@ class LiveCopier:
             except TimeoutError:
                 continue
         return False
+
+    def _pause(self, seconds: float) -> None:
+        """Wait before asking the stream again. An armed bell's ring ends the wait: a message
+        published meanwhile is looked for at once, not after the pause (up to 64 ms)."""
+        bell = self._bell
+        if bell is not None and bell.armed:
+            bell.wait(seconds)
+        else:
+            self._stop.wait(seconds)
 
     def _wait_for_news(self) -> bool:
         """Nothing new: wait for a ring (or IDLE_WAIT_S, or POLL_S without a bell). True when
