@@ -48,11 +48,13 @@ STREAM = "LIVE"
 PAD = "x" * 960
 
 
-async def _create_streams(src: str, dst: str) -> None:
+async def _create_streams(src: str, dst: str, replicas: int = 1) -> None:
     for url in (src, dst):
-        nc = await nats.connect(url)
+        nc = await nats.connect(url.split(","))  # a cluster: its servers, comma-separated
         try:
-            await nc.jetstream().add_stream(StreamConfig(name=STREAM, subjects=["reg.>"], allow_direct=True))
+            await nc.jetstream().add_stream(
+                StreamConfig(name=STREAM, subjects=["reg.>"], allow_direct=True, num_replicas=replicas)
+            )
         finally:
             await nc.close()
 
@@ -60,7 +62,7 @@ async def _create_streams(src: str, dst: str) -> None:
 async def _trickle(url: str, kind: str, n: int, rate: float, stop: asyncio.Event | None = None) -> int:
     """Publish up to `n` messages on reg.<kind>.<i> at `rate`/s on a fixed schedule (a late
     message does not push the next ones back); stops early once `stop` is set."""
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))  # a cluster: its servers, comma-separated
     js = nc.jetstream()
     t0 = time.monotonic()
     sent = 0
@@ -79,7 +81,7 @@ async def _trickle(url: str, kind: str, n: int, rate: float, stop: asyncio.Event
 
 
 async def _burst(url: str, n: int) -> None:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))  # a cluster: its servers, comma-separated
     js = nc.jetstream(publish_async_max_pending=4000)
     try:
         for i in range(n):
@@ -196,8 +198,8 @@ def busy_cores(n: int) -> Iterator[None]:
 
 
 def run_one(label: str, copier: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    with local_cluster(1, "latsrc") as s, local_cluster(1, "latdst") as d:
-        asyncio.run(_create_streams(s.url, d.url))
+    with local_cluster(args.servers, "latsrc") as s, local_cluster(args.servers, "latdst") as d:
+        asyncio.run(_create_streams(s.url, d.url, args.servers))
         with copier(s.url, d.url, work) as (metrics_url, pid):
             warm = 200
             asyncio.run(_trickle(s.url, "warm", warm, 50))
@@ -258,6 +260,10 @@ def main() -> None:
         "--busy", type=int, default=0, metavar="N",
         help="N processes spinning on a core through the trickle and the drain (a busy machine)",
     )  # fmt: skip
+    ap.add_argument(
+        "--servers", type=int, choices=(1, 3), default=1,
+        help="NATS servers in each of the source and target clusters (3: R3 streams on both)",
+    )  # fmt: skip
     ap.add_argument("--out", default="reports/latency.json")
     args = ap.parse_args()
     spark_conf = dict(kv.split("=", 1) for kv in args.spark_conf)
@@ -272,6 +278,7 @@ def main() -> None:
     else:
         print("Go replicator: not given (--go-binary PATH), so not measured")
     busy = f"; {args.busy} busy-looping processes beside" if args.busy else ""
+    busy += "; 3-server clusters, R3 streams" if args.servers == 3 else ""
     print(
         f"\nlatency of a copy (target timestamp - source timestamp), ms; trickle {args.trickle} x 1 KB at "
         f"{args.rate:.0f}/s; drain: the trickle's copies while {args.backlog:,} published at once drain{busy}\n"

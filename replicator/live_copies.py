@@ -224,8 +224,12 @@ class LiveCopier:
                 continue
             now = time.monotonic()
             if now < settle_by:
-                self._pause(min(pause, settle_by - now))
-                pause *= 2
+                if self._pause(min(pause, settle_by - now)):
+                    # A ring: a clustered stream may count it a moment later, asked again
+                    # after 2, 4, 8... ms as after any ring.
+                    settle_by, pause = time.monotonic() + RING_SETTLE_S, RING_RECHECK_S
+                else:
+                    pause *= 2
                 continue
             if self._wait_for_news():
                 settle_by, pause = time.monotonic() + RING_SETTLE_S, RING_RECHECK_S
@@ -307,14 +311,14 @@ class LiveCopier:
                 continue
         return False
 
-    def _pause(self, seconds: float) -> None:
-        """Wait before asking the stream again. An armed bell's ring ends the wait: a message
-        published meanwhile is looked for at once, not after the pause (up to 64 ms)."""
+    def _pause(self, seconds: float) -> bool:
+        """Wait before asking the stream again. An armed bell's ring ends the wait (True): a
+        message published meanwhile is looked for at once, not after the pause (up to 64 ms)."""
         bell = self._bell
         if bell is not None and bell.armed:
-            bell.wait(seconds)
-        else:
-            self._stop.wait(seconds)
+            return bell.wait(seconds) and not self._stop.is_set()
+        self._stop.wait(seconds)
+        return False
 
     def _wait_for_news(self) -> bool:
         """Nothing new: wait for a ring (or IDLE_WAIT_S, or POLL_S without a bell). True when
