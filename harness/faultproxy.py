@@ -145,8 +145,9 @@ class FaultProxy:
         self._call(_mark)
 
     def unread_bytes(self) -> int:
-        """Bytes the clients sent that wait, unread, in this proxy's receive buffers: in flight
-        in the network, as a stalled link holds them."""
+        """Bytes the clients sent that have not reached the server: unread in this proxy's
+        receive buffers, or read and held by a stall. In flight in the network, as a stalled
+        link holds them."""
 
         async def count() -> int:
             total = 0
@@ -243,11 +244,11 @@ class FaultProxy:
                     break
                 # Read after the stall began (the read was waiting when it was set): held too,
                 # or the first publish after a stall would pass whole, its acks with it.
-                if self._stalled and not to_client:
-                    link.held += len(data)
-                while self._stalled:
-                    await asyncio.sleep(0.05)
-                if not to_client:
+                if self._stalled:
+                    if not to_client:
+                        link.held = len(data)
+                    while self._stalled:
+                        await asyncio.sleep(0.05)
                     link.held = 0
                 if not link.dead:
                     queue.put_nowait((time.monotonic() + self.latency, data))
