@@ -249,7 +249,8 @@ class FaultProxy:
                         link.held = len(data)
                     while self._stalled:
                         await asyncio.sleep(0.05)
-                    link.held = 0
+                    if not to_client:
+                        link.held = 0
                 if not link.dead:
                     queue.put_nowait((time.monotonic() + self.latency, data))
             queue.put_nowait((0.0, b""))

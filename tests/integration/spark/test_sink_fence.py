@@ -3,7 +3,8 @@ more, and drops what it had handed to its connection but not sent while the targ
 stalled (back-pressure holds it in the client's and the kernel's buffers). Before the fix, all
 of that was delivered when the link came back, under whoever led by then. What was already in
 the network at the lease's end (here: the stalled link's receive buffer, kept small, and the
-one chunk of up to 64 KB the stalled proxy had read) can still land: the election's guard, a fifth of its TTL, is for that."""
+one chunk of up to 64 KB the stalled proxy had read) can still land: the election's guard, a
+fifth of its TTL, is for that."""
 
 from __future__ import annotations
 
