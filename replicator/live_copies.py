@@ -312,11 +312,13 @@ class LiveCopier:
         return False
 
     def _pause(self, seconds: float) -> bool:
-        """Wait before asking the stream again. An armed bell's ring ends the wait (True): a
-        message published meanwhile is looked for at once, not after the pause (up to 64 ms)."""
+        """Wait before asking the stream again. A ring ends the wait (True): a message published
+        meanwhile is looked for at once, not after the pause (up to 64 ms). So does one that came
+        while the stream was being asked and was not acted on yet: the stream may have answered
+        before it stored the message."""
         bell = self._bell
-        if bell is not None and bell.armed:
-            return bell.wait(seconds) and not self._stop.is_set()
+        if bell is not None and bell.listening:
+            return bell.heed(seconds) and not self._stop.is_set()
         self._stop.wait(seconds)
         return False
 
@@ -345,4 +347,4 @@ class LiveCopier:
             r.log.debug("live copies: doorbell not armed (%s)", e)
             self._stop.wait(POLL_S)
             return False
-        return bell.wait(IDLE_WAIT_S) and not self._stop.is_set()
+        return bell.heed(IDLE_WAIT_S) and not self._stop.is_set()

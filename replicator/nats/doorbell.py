@@ -66,6 +66,7 @@ class Doorbell:
         self._subs: list[Any] = []
         self.armed_at = 0.0  # time.monotonic() when last armed
         self.disconnects_at_arm = 0  # the connection's count of lost connections then
+        self._heeded = False  # the ring since the last arm was taken (heed)
 
     @property
     def armed(self) -> bool:
@@ -79,6 +80,7 @@ class Doorbell:
             return False
         await self.disarm()
         self.rang.clear()
+        self._heeded = False
 
         async def ring(_msg: Any) -> None:
             self.rang.set()
@@ -116,3 +118,17 @@ class Doorbell:
     def wait(self, timeout: float) -> bool:
         """Whether it rang within `timeout` seconds (from another thread than the loop's)."""
         return self.rang.wait(timeout)
+
+    @property
+    def listening(self) -> bool:
+        """Armed, or rung since and the ring not yet heeded."""
+        return bool(self._subs) and not self._heeded
+
+    def heed(self, timeout: float) -> bool:
+        """Whether a ring not yet heeded came or comes within `timeout` seconds; True once per
+        arm. A caller that waited on the bell only while it was armed would sleep through a ring
+        that came while it was busy (asking the stream). Called from one thread, not the loop's."""
+        if not self.listening or not self.rang.wait(timeout):
+            return False
+        self._heeded = True
+        return True

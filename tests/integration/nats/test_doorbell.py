@@ -49,6 +49,48 @@ def test_it_rings_once_on_the_first_message_and_carries_no_more(nats_server: Nat
     run(go())
 
 
+def test_a_ring_that_came_while_the_live_copies_asked_the_stream_ends_their_next_pause(
+    nats_server: NatsCluster,
+) -> None:
+    """The live copies (replicator.live_copies) ask the stream again after 2, 4, 8... ms after a
+    ring, and a ring during a pause ends it. One that came while they were asking the stream
+    (the bell then rung, not armed) was slept through until the pause ended (up to 64 ms);
+    now the next pause ends at once, and only that one."""
+    from typing import cast
+
+    from replicator.live_copies import LiveCopier
+
+    async def go() -> None:
+        nc = await open_connection(nats_server.url)
+        publisher = await open_connection(nats_server.url)
+        bell = Doorbell(["reg.>"])
+        copier = LiveCopier(cast(Any, None))  # its pauses use the bell and the stop flag only
+        copier._bell = bell
+        try:
+            assert await bell.arm(nc)
+            await publisher.publish("reg.n1", b"x")
+            await publisher.flush()
+            assert await asyncio.to_thread(bell.wait, 30)  # it rang while the copier was asking
+            assert await asyncio.to_thread(copier._pause, 5.0)  # so the pause ends at once
+            assert not await asyncio.to_thread(copier._pause, 0.01)  # heeded: a pause again
+            assert await bell.arm(nc)
+
+            async def publish_soon() -> None:
+                await asyncio.sleep(0.05)
+                await publisher.publish("reg.n2", b"y")
+                await publisher.flush()
+
+            soon = asyncio.create_task(publish_soon())
+            assert await asyncio.to_thread(copier._pause, 30.0)  # armed: a ring ends the pause
+            await soon
+        finally:
+            await bell.disarm()
+            await publisher.close()
+            await nc.close()
+
+    run(go())
+
+
 def test_a_caught_up_plan_waits_for_the_next_message_instead_of_finding_nothing(
     target_of_each_kind: tuple[NatsCluster, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
