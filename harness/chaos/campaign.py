@@ -50,7 +50,12 @@ log = logging.getLogger("chaos")
 NETWORKS = {"src": "10.231.1", "dst": "10.231.2"}
 TOPO = Topology()
 SPEEDUP = 60
-FLEET_SECONDS = 60  # wall seconds the fleet publishes (an hour of fleet time)
+FLEET_SECONDS = 60  # wall seconds the fleet publishes at least (an hour of fleet time)
+# ...and after the last fault has recovered, this long more: each entry's leader after the faults
+# copies some, so the checker sees the handovers. On a machine too busy for the faults to fit in
+# FLEET_SECONDS, the fleet had stopped before the leader moved, and nothing showed the handover.
+FLEET_TAIL_S = 10
+FLEET_MAX_SECONDS = 1800  # the fleet's own end, should the schedule never stop it
 INSPECT_MS, WARN_MS = 10_000, 5_000  # 10 and 5 minutes of fleet time
 GUARD_S = max(0.5, TOPO.ttl / 5)  # replicator.election.Lease.for_ttl
 RECOVERY_LIMIT_S = 120.0
@@ -177,7 +182,7 @@ def fleet_file(path: Path, seed: int) -> Path:
         "name": f"chaos-{seed}",
         "seed": seed,
         "speedup": SPEEDUP,
-        "duration": f"{FLEET_SECONDS}m",
+        "duration": f"{FLEET_MAX_SECONDS}m",  # stopped by the schedule (Schedule.run)
         "fleet": {"nodes": 300, "data_centres": ["dc1"], "interval": "300s",
                   "sizes": {"median": 1500, "sigma": 0.3, "min": 1100, "max": 4000}},
         "events": [
@@ -227,8 +232,9 @@ class System:
 
 
 class Schedule:
-    """One seed's schedule, on a running system: the fleet publishes for FLEET_SECONDS while the
-    faults are carried out one after another; then the check of everything the system holds."""
+    """One seed's schedule, on a running system: the fleet publishes while the faults are carried
+    out one after another (for FLEET_SECONDS at least, and FLEET_TAIL_S after the last fault's
+    recovery); then the check of everything the system holds."""
 
     def __init__(self, system: System, seed: int, faults: int, work: Path) -> None:
         self.lab, self.seed, self.work = system.lab, seed, work
@@ -251,6 +257,8 @@ class Schedule:
             for fault in self.faults:
                 time.sleep(fault.gap)
                 self.result.faults.append(self.inflict(fault))
+            time.sleep(max(FLEET_SECONDS - (time.monotonic() - self.t0), FLEET_TAIL_S))
+            self.emulator.terminate()  # it stops publishing and exits 0 (emulator.cli)
             if self.emulator.wait() != 0:
                 self.result.problems.append(f"the fleet emulator failed; see {self.work / 'emulator.log'}")
             checked = time.monotonic()
