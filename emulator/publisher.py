@@ -129,9 +129,16 @@ class FleetPublisher:
         self.stats = RunStats(mode=mode)
         self._subj_pre, _, self._subj_post = s.fleet.subject.partition("{identity}")
         self._stop = asyncio.Event()
+        self._abandon = False
+        self._told_draining = False
         self._log: IO[str] | None = None
 
     def stop(self) -> None:
+        """The first stop publishes nothing new but still stores what was already sent (going
+        again up to GIVE_UP_S), so a stop during a server's hiccup fails nothing; a second stop
+        gives those up too."""
+        if self._stop.is_set():
+            self._abandon = True
         self._stop.set()
 
     async def run(self, create_stream: str | None = None, replicas: int = 1) -> RunStats:
@@ -326,8 +333,16 @@ class FleetPublisher:
             todo = [k for k in todo if not seqs[k]]
             if not todo:
                 return seqs
-            if self._stop.is_set():
-                return seqs  # counted as failed: the run was stopped before they were stored
+            if self._abandon:
+                return seqs  # counted as failed: stopped twice before they were stored
+            if self._stop.is_set() and not self._told_draining:
+                self._told_draining = True
+                log.warning(
+                    "stopping: %d sent publishes not stored yet go again for up to %.0fs; stop again "
+                    "(Ctrl-C) to give them up",
+                    len(todo),
+                    max(0.0, give_up - time.monotonic()),
+                )
             if time.monotonic() >= give_up:
                 for k in todo[: max(0, 20 - len(self.stats.errors))]:
                     msg = f"gave up publishing {messages[k][0]} after {GIVE_UP_S:.0f}s: {why}"

@@ -56,8 +56,20 @@ def test_what_was_acked_before_a_lost_connection_counts_as_stored_and_only_the_r
     assert pub.stats.republished == 2
 
 
-def test_a_stop_after_a_lost_connection_keeps_what_was_stored(monkeypatch: Any) -> None:
+def test_a_stop_during_a_lost_connection_still_stores_what_was_sent(monkeypatch: Any) -> None:
+    # The chaos campaign stops its fleet with SIGTERM right after a fault: what was in flight
+    # must not count as failed (the run would report a failed emulator with nothing lost).
+    monkeypatch.setattr(emulator_publisher, "RETRY_WAIT_S", 0)
     pub, target = fleet_publisher(), LosesTheConnectionOnce(first=3)
+    pub.stop()
+    seqs = asyncio.run(pub._publish_acked(target, messages(5)))  # type: ignore[arg-type]
+    assert seqs == [1, 2, 3, 4, 5]
+    assert pub.stats.republished == 2
+
+
+def test_a_second_stop_gives_up_what_was_not_stored_and_keeps_what_was(monkeypatch: Any) -> None:
+    pub, target = fleet_publisher(), LosesTheConnectionOnce(first=3)
+    pub.stop()
     pub.stop()
     seqs = asyncio.run(pub._publish_acked(target, messages(5)))  # type: ignore[arg-type]
     assert seqs == [1, 2, 3, 0, 0]  # three stored (and logged), two never were
