@@ -33,7 +33,8 @@ SPREAD = {"test_scale_rehearsal.py": 0.0, "test_chaos.py": 0.35, "test_partition
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     files = list(dict.fromkeys(item.path for item in items))
-    unit = [f for f in files if "unit" in f.parts]
+    tests = Path(__file__).parent
+    unit = [f for f in files if f.is_relative_to(tests / "unit")]
     others = [f for f in files if f.name not in SPREAD and f not in unit]
     at = {f: i / max(len(others), 1) for i, f in enumerate(others)}
     at.update({f: SPREAD[f.name] - 1e-6 for f in files if f.name in SPREAD})
