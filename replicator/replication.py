@@ -29,7 +29,6 @@ from replicator.entry_files import (
     lease_path,
     live_mark_path,
     stopping_path,
-    unacked_path,
 )
 from replicator.gap_fill import GapFill
 from replicator.head_start import ahead_range
@@ -87,7 +86,6 @@ from replicator.spark.session import session_conf
 from replicator.spark.session_args import copies_live, driver_read_limit, reads_through_spark
 from replicator.spark.sink import BatchResult, OrderedSink, SinkSettings
 from replicator.spark.small_batches import SmallBatchReader
-from replicator.spark.unacked import UnackedRecord
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -250,7 +248,6 @@ class StreamReplication:
                 self.loop,
                 SourceReader(self.reader_options()),  # asks the stream: "gone" is one clear error
                 self.sampling_params(),
-                UnackedRecord(unacked_path(self.cfg, s), created_us(info)),
             )
         return True
 

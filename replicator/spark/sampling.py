@@ -31,7 +31,6 @@ from replicator.source_reader import SourceReader, SourceStreamGone
 from replicator.spark.clock_due import ClockDue, write_clock_due
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sink import BatchResult, OrderedSink, PublishError
-from replicator.spark.unacked import Unacked, UnackedRecord
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -279,6 +278,16 @@ class DecidedBatch:
         )
 
 
+@dataclass
+class Unacked:
+    """Copies publishes that failed sent (their source sequences, from `since_ns` on): some may
+    be in the target with their acks lost."""
+
+    seqs: set[int]
+    since_ns: int
+    held: dict[int, int] | None = None  # those the target holds (their target sequences), once read
+
+
 class SamplingSink:
     """foreachBatch sink of the sampling query: copies in source order, then advisories."""
 
@@ -288,7 +297,6 @@ class SamplingSink:
         loop: LoopThread,
         source: SourceReader,
         p: SamplingParams,
-        record: UnackedRecord | None = None,
     ) -> None:
         self.ordered = ordered
         self.loop = loop
@@ -299,18 +307,8 @@ class SamplingSink:
         self.clock_due_file = source.o.sampling.clock_due_file if source.o.sampling else ""
         # What failed publishes sent: some may be in the target with their acks lost. Spark
         # replays the batch, perhaps past the target's duplicate window, where Nats-Msg-Id no
-        # longer drops them, so the replay leaves out those the target holds. Kept on disk
-        # (`record`) for the replay a kill leaves to the next start.
-        self._record = record
-        self._unacked: Unacked | None = record.read() if record is not None else None
-        if self._unacked is not None:
-            ordered.log.info(
-                "%d copies a failed publish sent before the last stop (source sequences %d-%d) are checked "
-                "against the target when Spark replays their batch",
-                len(self._unacked.seqs),
-                min(self._unacked.seqs),
-                max(self._unacked.seqs),
-            )
+        # longer drops them, so the replay leaves out those the target holds.
+        self._unacked: Unacked | None = None
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -336,8 +334,6 @@ class SamplingSink:
             self.ordered.handled_up_to(result.last_seq)
             if self._unacked is not None and max(self._unacked.seqs) <= result.last_seq:
                 self._unacked = None  # replayed past it: what it did not copy again is not a copy now
-                if self._record is not None:
-                    self._record.clear()
         m, lab = metrics(), self.ordered.labels
         if advs.num_rows and self.p.advisory_subject:
             self.ordered.check_leader()
@@ -421,11 +417,6 @@ class SamplingSink:
             o = self.ordered
             held = self._held(unacked)
             keep = pc.greater(seqs, o.floor)  # at or below: acknowledged since
-            if unacked.restored:
-                # The floor is the target's last copy, found at the start: what the failed
-                # publishes sent below it is there only if `held` says so.
-                sent_seqs = pa.array(sorted(unacked.seqs), type=seqs.type)
-                keep = pc.or_(keep, pc.is_in(seqs, value_set=sent_seqs))
             if held:
                 held_seqs = pa.array(sorted(held), type=seqs.type)
                 keep = pc.and_(keep, pc.invert(pc.is_in(seqs, value_set=held_seqs)))
@@ -438,10 +429,7 @@ class SamplingSink:
             if self._unacked is None:
                 self._unacked = Unacked(sent, started_ns)
             else:
-                u = self._unacked
-                self._unacked = Unacked(u.seqs | sent, min(started_ns, u.since_ns), restored=u.restored)
-            if self._record is not None:
-                self._record.write(self._unacked)
+                self._unacked = Unacked(self._unacked.seqs | sent, min(started_ns, self._unacked.since_ns))
             raise
 
     def _held(self, unacked: Unacked) -> dict[int, int]:
