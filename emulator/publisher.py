@@ -207,7 +207,7 @@ class FleetPublisher:
             due = wall0 + pubs.t / speedup
             requests = self._requests(pubs)
             i, n = 0, len(pubs)
-            while i < n:
+            while i < n and not self._stop.is_set():  # a stop sends nothing new, even mid-tick
                 now = time.monotonic()
                 wait = max(due[i], next_batch) - now
                 if wait > 0:
