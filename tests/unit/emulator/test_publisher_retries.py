@@ -73,3 +73,20 @@ def test_a_second_stop_gives_up_what_was_not_stored_and_keeps_what_was(monkeypat
     pub.stop()
     seqs = asyncio.run(pub._publish_acked(target, messages(5)))  # type: ignore[arg-type]
     assert seqs == [1, 2, 3, 0, 0]  # three stored (and logged), two never were
+
+
+def test_a_stop_mid_tick_sends_no_later_slice(monkeypatch: Any) -> None:
+    """A stop while a tick's first slice is out: the tick's later slices are not sent (each
+    would have its own retries to wait out while the fleet is stopping)."""
+    monkeypatch.setattr(emulator_publisher, "MAX_BATCH", 2)  # a tick of 50 publishes: 25 slices
+    s = parse_scenario({"name": "t", "seed": 1, "duration": "5m", "speedup": 1e6, "fleet": {"nodes": 50}})
+    pub = FleetPublisher(Schedule(s), "nats://127.0.0.1:1")
+    sent: list[tuple[int, int]] = []
+
+    async def publish_slice(nc: Any, publisher: Any, p: Any, requests: Any, i: int, j: int) -> None:
+        sent.append((i, j))
+        pub.stop()  # SIGTERM while the first slice is in flight
+
+    monkeypatch.setattr(pub, "_publish_slice", publish_slice)
+    asyncio.run(pub._run(None, None))  # type: ignore[arg-type]
+    assert sent == [(0, 2)]
