@@ -446,6 +446,11 @@ def test_unchained_copies_stored_with_their_acks_lost_past_the_duplicate_window_
 
                 send(0, 300)
                 wait_handled(rep, source.url, "REG")
+                # The copies of 1-300 went ahead of the query, while Spark started: the links go
+                # deaf only once it replicates. Else, on a slow machine, its start came after the
+                # client had given up on its unanswered pings (about 15 s), and nothing reached
+                # the target to be stored (CI, 2026-12-05).
+                rep.wait_ready(SLOW_S)
                 for link in links:
                     link.drop_replies()
                 send(300, 300)
