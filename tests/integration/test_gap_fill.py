@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -19,13 +18,6 @@ from replicator.spark.rows import to_record_batch
 from replicator.spark.sink import OrderedSink, SinkSettings
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def loop() -> Iterator[LoopThread]:
-    lt = LoopThread()
-    yield lt
-    lt.stop()
 
 
 def _rows(*messages: tuple[int, str]) -> pa.Table:

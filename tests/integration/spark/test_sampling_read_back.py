@@ -6,13 +6,12 @@ of the ones the rules saw. The rules' rows against real servers, without Spark."
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import nats
-import pyarrow as pa
 import pytest
 from helpers import create_stream, publish, run
 from nats_servers import NatsCluster
+from sampled_rows import decided as decided_rows
 
 from harness.streams import count_messages, read_all
 from replicator.aio import LoopThread
@@ -20,33 +19,10 @@ from replicator.nats.publisher import PublishError
 from replicator.options import ReaderOptions
 from replicator.sampling.rules import SamplingParams
 from replicator.source_reader import SourceReader
-from replicator.spark.sampling import KIND_COPY, KIND_STATS, SamplingSink
+from replicator.spark.sampling import SamplingSink
 from replicator.spark.sink import OrderedSink, SinkSettings
 
 pytestmark = pytest.mark.integration
-
-# The columns of the rules' rows the sink reads (replicator.spark.sampling.OUTPUT_SCHEMA).
-ROWS = pa.schema(
-    [("kind", pa.string()), ("seq", pa.int64()), ("ts_ms", pa.int64()), ("event", pa.string()),
-     ("subject", pa.string()), ("event_id", pa.string()), ("data", pa.binary()), ("size", pa.int64()),
-     ("warned", pa.int32()), ("unkeyed", pa.int32()), ("forced", pa.int32()), ("received", pa.int32()),
-     ("received_bytes", pa.int64()), ("due_ms", pa.int64())]
-)  # fmt: skip
-
-
-@pytest.fixture
-def loop() -> Iterator[LoopThread]:
-    lt = LoopThread()
-    yield lt
-    lt.stop()
-
-
-def _decided(copies: list[tuple[int, int]], last_seq: int) -> pa.Table:
-    """The rows of one batch: a copy row per (sequence, time in ms), and one bucket's stats."""
-    rows = [{"kind": KIND_COPY, "seq": seq, "ts_ms": ts_ms, "size": 100} for seq, ts_ms in copies]
-    rows.append({"kind": KIND_STATS, "seq": last_seq, "ts_ms": copies[-1][1], "size": len(copies),
-                 "warned": 0, "unkeyed": 0, "forced": 0, "received": last_seq, "received_bytes": 10_000})  # fmt: skip
-    return pa.Table.from_pylist(rows, ROWS)
 
 
 def test_copies_read_back_from_a_recreated_source_are_not_published(
@@ -57,7 +33,7 @@ def test_copies_read_back_from_a_recreated_source_are_not_published(
     run(create_stream(dst, "REG", ["reg.>"]))
     run(publish(src, [(f"reg.n{i}", b'{"sender": "old"}', None) for i in range(10)]))
     # The rules decided on the stream as it was: copy 2, 5 and 9.
-    decided = _decided(
+    decided = decided_rows(
         [(m.seq, m.ts_ns // 1_000_000) for m in run(read_all(src, "REG")) if m.seq in (2, 5, 9)], 10
     )
 

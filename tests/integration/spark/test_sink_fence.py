@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -28,13 +27,6 @@ from replicator.spark.sink import OrderedSink, SinkSettings
 pytestmark = pytest.mark.integration
 
 IN_FLIGHT_BYTES = 64 * 1024
-
-
-@pytest.fixture
-def loop() -> Iterator[LoopThread]:
-    lt = LoopThread()
-    yield lt
-    lt.stop()
 
 
 @pytest.mark.parametrize("chain", [True, False], ids=["chained", "unchained"])

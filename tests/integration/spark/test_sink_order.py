@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,13 +37,6 @@ def _batch(n: int, rollup_at: int) -> pa.Table:
         for seq in range(1, n + 1)
     ]
     return pa.Table.from_batches([to_record_batch("S", msgs)])
-
-
-@pytest.fixture
-def loop() -> Iterator[LoopThread]:
-    lt = LoopThread()
-    yield lt
-    lt.stop()
 
 
 def _sink(url: str, loop: LoopThread, stream: str, chain: bool) -> OrderedSink:
