@@ -51,6 +51,11 @@ def inflight_path(cfg: Config, s: StreamConfig) -> Path:
     return entry_dir(cfg, s) / "inflight.json"
 
 
+def unacked_path(cfg: Config, s: StreamConfig) -> Path:
+    """What a sampled entry's failed publishes sent (replicator.spark.unacked)."""
+    return entry_dir(cfg, s) / "unacked.json"
+
+
 def live_mark_path(cfg: Config, s: StreamConfig) -> Path:
     return entry_dir(cfg, s) / "live-copied.json"
 

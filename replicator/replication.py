@@ -29,6 +29,7 @@ from replicator.entry_files import (
     lease_path,
     live_mark_path,
     stopping_path,
+    unacked_path,
 )
 from replicator.gap_fill import GapFill
 from replicator.head_start import ahead_range
@@ -86,6 +87,7 @@ from replicator.spark.session import session_conf
 from replicator.spark.session_args import copies_live, driver_read_limit, reads_through_spark
 from replicator.spark.sink import BatchResult, OrderedSink, SinkSettings
 from replicator.spark.small_batches import SmallBatchReader
+from replicator.spark.unacked import UnackedRecord
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -248,6 +250,7 @@ class StreamReplication:
                 self.loop,
                 SourceReader(self.reader_options()),  # asks the stream: "gone" is one clear error
                 self.sampling_params(),
+                UnackedRecord(unacked_path(self.cfg, s), s.target_stream, created_us(info)),
             )
         return True
 
@@ -458,9 +461,9 @@ class StreamReplication:
     def owes_copies(self) -> bool:
         """Whether copies this instance left in flight are not settled yet: only its catch_up
         (a copy entry's in-flight record) or its replay of a failed batch (a sampled entry's,
-        which has no record) publishes them and fills any gap they may have left. A peer taking
-        over continues after the target's last copy, past such a gap, so this instance keeps
-        the lead until they are settled."""
+        recorded in unacked.json) publishes them and fills any gap they may have left. A peer
+        taking over continues after the target's last copy, past such a gap (unless it shares
+        this instance's state_store), so this instance keeps the lead until they are settled."""
         if self.batch_unsettled:
             return True
         record = self.sink.inflight if self.sink is not None else None
@@ -509,11 +512,16 @@ class StreamReplication:
             # Not past the source's end: a stream recreated since reads from its start again.
             end = committed_end(files)
             last = self._source_last_seq() if end else None
-            if end and last is not None and end - 1 <= last:
-                self.sink.handled_up_to(end - 1)
+            committed = end - 1 if end and last is not None and end - 1 <= last else 0
+            if committed:
+                self.sink.handled_up_to(committed)
                 # Not the floor: a batch's copies move it before its advisories are out, and a
                 # takeover moves it to the target's last copy, which the replay may advise about.
-                self.sink.show_handled(end - 1)
+                self.sink.show_handled(committed)
+            if leads:
+                # What failed publishes sent, recorded by this process or an earlier run: the
+                # replay of their batch publishes what the target lacks of it.
+                self.sampling_sink.resume(committed)
         elif leads:
             # A copy's floor is the target's last copy, with what was in flight caught up.
             self.sink.show_handled(self.sink.floor)
@@ -899,6 +907,11 @@ class StreamReplication:
         self.sink.handled_up_to(found or 0)
         self._floor_from_target = True
         self.sink.forget_target_tail()
+        if self.sampling_sink is not None:
+            # The floor is the target's last copy now: what a failed publish left missing below
+            # it (this instance's, or the one's that led before, where they share state_store)
+            # is published by the replay of its batch all the same.
+            self.sampling_sink.resume(took_over=True)
         if found is None and not self.sink.floor:
             self.log.warning(
                 "taking over: no copy of this entry among the target's last messages (other writers?); "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -31,6 +31,7 @@ from replicator.source_reader import SourceReader, SourceStreamGone
 from replicator.spark.clock_due import ClockDue, write_clock_due
 from replicator.spark.rows import to_record_batch
 from replicator.spark.sink import BatchResult, OrderedSink, PublishError
+from replicator.spark.unacked import Unacked, UnackedRecord, first_failure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -278,16 +279,6 @@ class DecidedBatch:
         )
 
 
-@dataclass
-class Unacked:
-    """Copies publishes that failed sent (their source sequences, from `since_ns` on): some may
-    be in the target with their acks lost."""
-
-    seqs: set[int]
-    since_ns: int
-    held: dict[int, int] | None = None  # those the target holds (their target sequences), once read
-
-
 class SamplingSink:
     """foreachBatch sink of the sampling query: copies in source order, then advisories."""
 
@@ -297,6 +288,7 @@ class SamplingSink:
         loop: LoopThread,
         source: SourceReader,
         p: SamplingParams,
+        record: UnackedRecord | None = None,
     ) -> None:
         self.ordered = ordered
         self.loop = loop
@@ -307,8 +299,52 @@ class SamplingSink:
         self.clock_due_file = source.o.sampling.clock_due_file if source.o.sampling else ""
         # What failed publishes sent: some may be in the target with their acks lost. Spark
         # replays the batch, perhaps past the target's duplicate window, where Nats-Msg-Id no
-        # longer drops them, so the replay leaves out those the target holds.
+        # longer drops them, so the replay leaves out those the target holds. Kept on disk too
+        # (`record`), for a replay after a kill or a takeover (replicator.spark.unacked).
         self._unacked: Unacked | None = None
+        self._record = record
+        self._written: Unacked | None = None  # what the record on disk names, as this process wrote it
+
+    def resume(self, committed: int = 0, took_over: bool = False) -> None:
+        """The entry starts or takes over as leader: what an earlier run (or an instance that
+        led before) recorded joins what this process knows, and what failed publishes sent up
+        to `committed` (the checkpoint's last committed source sequence) is in the target. A
+        takeover has moved the sink's floor to the target's last copy, which does not vouch
+        for a copy missing below it."""
+        u = self._unacked
+        if u is not None and took_over:
+            u = replace(u, sink_floor_vouches=False)
+        if self._record is not None:
+            found = self._record.read()
+            if found.dropped:
+                self.ordered.log.warning("dropping %s: %s", self._record.path, found.dropped)
+                self._record.clear()
+            self._written = found.unacked  # what the disk names now
+            if found.unacked is not None:
+                u = found.unacked if u is None else u.merged(found.unacked)
+        if u is not None and committed:
+            u = u.settled_up_to(committed)
+        if u is not None and (self._unacked is None or not u.names_the_same(self._unacked)):
+            self.ordered.log.info(
+                "%d copies failed publishes sent (source sequences %d-%d) are checked against the target "
+                "when Spark replays their batch",
+                len(u.seqs),
+                min(u.seqs),
+                max(u.seqs),
+            )
+        self._keep(u)
+
+    def _keep(self, u: Unacked | None) -> None:
+        """`u` is what failed publishes sent from now on, on disk too."""
+        self._unacked = u
+        if self._record is None:
+            return
+        if u is None:
+            if self._written is not None:
+                self._record.clear()
+        elif self._written is None or not u.names_the_same(self._written):
+            self._record.write(u)
+        self._written = u
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -333,7 +369,7 @@ class SamplingSink:
             # Every message of the batch is handled: copied, or deliberately skipped.
             self.ordered.handled_up_to(result.last_seq)
             if self._unacked is not None and max(self._unacked.seqs) <= result.last_seq:
-                self._unacked = None  # replayed past it: what it did not copy again is not a copy now
+                self._keep(None)  # replayed past it: what it did not copy again is not a copy now
         m, lab = metrics(), self.ordered.labels
         if advs.num_rows and self.p.advisory_subject:
             self.ordered.check_leader()
@@ -417,6 +453,11 @@ class SamplingSink:
             o = self.ordered
             held = self._held(unacked)
             keep = pc.greater(seqs, o.floor)  # at or below: acknowledged since
+            if not unacked.sink_floor_vouches:
+                # The floor is the target's last copy (a restart, a takeover): what the failed
+                # publishes sent below it is there only if `held` says so.
+                sent_seqs = pa.array(sorted(unacked.seqs), type=seqs.type)
+                keep = pc.or_(keep, pc.is_in(seqs, value_set=sent_seqs))
             if held:
                 held_seqs = pa.array(sorted(held), type=seqs.type)
                 keep = pc.and_(keep, pc.invert(pc.is_in(seqs, value_set=held_seqs)))
@@ -424,12 +465,24 @@ class SamplingSink:
             left_out = part.num_rows - rest.num_rows
             if left_out:
                 o.log.info("left out %d copies the target holds, of a batch that failed", left_out)
-            return o.publish_unchained(rest) if rest.num_rows else BatchResult()
+            result = o.publish_unchained(rest) if rest.num_rows else BatchResult()
+            # Every copy it names up to this part's end is in the target now: a replay of the
+            # batch (a later part failed) must not publish them again.
+            self._keep(unacked.settled_up_to(max(sent)))
+            return result
         except BaseException:
-            if self._unacked is None:
-                self._unacked = Unacked(sent, started_ns)
-            else:
-                self._unacked = Unacked(self._unacked.seqs | sent, min(started_ns, self._unacked.since_ns))
+            u, floor = self._unacked, self.ordered.floor
+            u = (
+                first_failure(sent, floor, started_ns)
+                if u is None
+                else u.after_failure(sent, floor, started_ns)
+            )
+            try:
+                self._keep(u)
+            except OSError as e:
+                self._unacked = u  # this process still replays it
+                self.ordered.log.error("could not write %s (%s): a kill before the replay loses it",
+                                       self._record.path if self._record else "", e)  # fmt: skip
             raise
 
     def _held(self, unacked: Unacked) -> dict[int, int]:

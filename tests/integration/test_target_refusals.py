@@ -31,6 +31,7 @@ from helpers import (
 from nats.js.api import StreamConfig
 from nats_servers import NatsCluster
 
+from harness.process import ReplicatorProcess
 from harness.streams import count_messages as count
 
 pytestmark = pytest.mark.integration
@@ -115,6 +116,20 @@ def unchained_to_t(src: str, dst: str, tmp_path: Path, **target: Any) -> tuple[S
         {"stream": "S", "source_url": src, "target_url": dst, "target_stream": "T", "chain_copies": False,
          "batch_max_messages": 3_000},
     ])  # fmt: skip
+
+
+def _killed_after_a_gap_and_started_again(cfg: Path, dst: str) -> ReplicatorProcess:
+    """Start the replicator, wait until copy 1,500 is refused and copies after it are stored
+    in target stream T (a gap), kill -9 it there, and start it again."""
+    rep = start_replicator(cfg)
+    try:
+        wait_for(lambda: "refused source sequence 1500" in rep.output(10**9), SLOW_S, "the refusal", rep)
+        wait_for(
+            lambda: max(copied_source_sequences(dst, "T"), default=0) > 1_500, SLOW_S, "copies after it", rep
+        )
+    finally:
+        rep.kill9()
+    return start_replicator(cfg)
 
 
 def allow(dst: str, cfg: StreamConfig, setting: str) -> None:
@@ -273,16 +288,7 @@ def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
     items[1_499] = (subject, registration(1_499, 600), {"Nats-Rollup": "sub"})
     run(publish(src, items))
     target, cfg = unchained_to_t(src, dst, tmp_path, max_msgs_per_subject=per_subject or -1)
-    rep = start_replicator(cfg)
-    try:
-        wait_for(lambda: "refused source sequence 1500" in rep.output(10**9), SLOW_S, "the refusal", rep)
-        # The copies after it in its batch are stored: the target holds a gap.
-        wait_for(
-            lambda: max(copied_source_sequences(dst, "T"), default=0) > 1_500, SLOW_S, "copies after it", rep
-        )
-    finally:
-        rep.kill9()
-    rep = start_replicator(cfg)
+    rep = _killed_after_a_gap_and_started_again(cfg, dst)
     try:
         if per_subject:
             # default: a read of a last-per-subject stream being written can find every message of
@@ -313,3 +319,41 @@ def test_an_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
         assert sorted(got) == sorted(want.values())
     else:
         assert sorted(got) == list(range(1, 3_001))  # each once; 1500 after the later ones (unchained)
+
+
+def test_a_sampled_unchained_copy_refused_mid_batch_is_not_skipped_after_a_kill_9(
+    source_like_target: NatsCluster, target_of_each_kind: tuple[NatsCluster, int], tmp_path: Path
+) -> None:
+    """The sampled form of the test above: 3,000 senders, each seen once (every message a
+    copy), unchained; copy 1,500 is refused mid-batch while the copies after it are stored,
+    and the replicator is killed while it retries. Spark replays the batch at the next start,
+    which must publish 1,500 again once the target takes it. Before the fix a sampled entry
+    kept what its failed publish sent in memory only: the restart published the replay above
+    the target's last copy, and 1,500 was lost for good."""
+    target_cluster, r = target_of_each_kind
+    src, dst = source_like_target.url, target_cluster.url
+    run(create_stream(src, "S", ["s.>"], allow_rollup_hdrs=True, num_replicas=r))
+    items: list[tuple[str, bytes, dict[str, str] | None]] = [
+        (f"s.n{i}", json.dumps({"sender": f"n{i}", "pad": "x" * 500}).encode(), None) for i in range(3_000)
+    ]
+    items[1_499] = ("s.rollup", items[1_499][1], {"Nats-Rollup": "sub"})  # source sequence 1,500
+    run(publish(src, items))
+    target = StreamConfig(name="T", subjects=["s.>"], allow_direct=True, num_replicas=r)
+    run(create_stream(dst, "T", ["s.>"], num_replicas=r))
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [
+        {"stream": "S", "source_url": src, "target_url": dst, "target_stream": "T", "chain_copies": False,
+         "inspect_field": "sender", "inspect_duration": "1h"},
+    ])  # fmt: skip
+    rep = _killed_after_a_gap_and_started_again(cfg, dst)
+    try:
+        wait_for(
+            lambda: "refused source sequence 1500" in rep.output(10**9), SLOW_S, "1500 published again", rep
+        )
+        allow(dst, target, "allow_rollup_hdrs")
+        wait_for(lambda: run(count(dst, "T")) == 3_000, SLOW_S, "1500 copied", rep)
+        wait_handled(rep, src, "S")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert sorted(copied_source_sequences(dst, "T")) == list(range(1, 3_001))  # each once
+    assert "copies failed publishes sent (source sequences" in rep.output(10**9)  # the record was read
+    assert not (tmp_path / "state" / "S_dc1" / "unacked.json").exists()  # and is gone once replayed
