@@ -335,9 +335,10 @@ class SamplingSink:
         self._keep(u)
 
     def _keep(self, u: Unacked | None) -> None:
-        """`u` is what failed publishes sent from now on, on disk too."""
+        """`u` is what failed publishes sent from now on, on disk too while this instance
+        leads: a deposed leader must not remove or replace what its successor read or wrote."""
         self._unacked = u
-        if self._record is None:
+        if self._record is None or not self.ordered.leading():
             return
         if u is None:
             if self._written is not None:
@@ -466,8 +467,11 @@ class SamplingSink:
             if left_out:
                 o.log.info("left out %d copies the target holds, of a batch that failed", left_out)
             result = o.publish_unchained(rest) if rest.num_rows else BatchResult()
-            # Every copy it names up to this part's end is in the target now: a replay of the
-            # batch (a later part failed) must not publish them again.
+            # Every copy of the part is in the target now (held, published, or deliberately
+            # left out): a replay of the batch (a later part failed) must not publish them
+            # again, neither as named by the record nor as above the floor (publish_unchained
+            # moved it to the end of what it published only).
+            o.handled_up_to(max(sent))
             self._keep(unacked.settled_up_to(max(sent)))
             return result
         except BaseException:

@@ -57,9 +57,12 @@ async def _delete(url: str, stream: str, seq: int) -> None:
         await nc.close()
 
 
-def test_a_restarts_replay_publishes_the_refused_copy_once_and_nothing_acknowledged_or_replayed_again(
-    source_server: NatsCluster, nats_server: NatsCluster, loop: LoopThread, tmp_path: Path
+@pytest.mark.parametrize("restarted", [True, False], ids=["after-a-kill", "same-process"])
+def test_a_replay_publishes_the_refused_copy_once_and_nothing_acknowledged_or_replayed_again(
+    restarted: bool, source_server: NatsCluster, nats_server: NatsCluster, loop: LoopThread, tmp_path: Path
 ) -> None:
+    """`after-a-kill`: Spark's replay is the next start's, its sinks new. `same-process`: the
+    replay is the same sinks' (the query restarted after the failure)."""
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "S", ["s.>"], allow_msg_ttl=True))
     run(create_stream(dst, "T", ["s.>"], duplicate_window=1.0))
@@ -73,23 +76,24 @@ def test_a_restarts_replay_publishes_the_refused_copy_once_and_nothing_acknowled
     decided = decided_rows([(s, stored[s]) for s in [*range(1, 11), *range(291, 301)]], 300)
     record = tmp_path / "unacked.json"
 
-    first = _sinks(src, dst, loop, record, floor=0)
-    try:
-        with pytest.raises(PublishError, match="refused source sequence 6"):
-            first.publish_decided(decided, 0, time.monotonic())
-    finally:
-        first.close()
-    # Unchained: 7-10 stored past the refused copy; the process is killed here.
-    assert copied_source_sequences(dst, "T") == [1, 2, 3, 4, 5, 7, 8, 9, 10]
-    assert json.loads(record.read_text())["floor"] == 5
-
-    # Its successor starts at the target's last copy (10). Meanwhile copy 3, acknowledged, was
-    # removed from the target, and the target now takes per-message TTLs; past its duplicate window.
-    run(_delete(dst, "T", 3))
-    run(update_stream(dst, dataclasses.replace(TARGET, allow_msg_ttl=True)))  # its window stays 1 s
-    time.sleep(3)  # past the duplicate window (its ids are purged on a timer: up to twice it)
     with FaultProxy(source_server.servers[0].port) as source_link:
-        second = _sinks(source_link.url, dst, loop, record, floor=10)
+        first = _sinks(source_link.url, dst, loop, record, floor=0)
+        try:
+            with pytest.raises(PublishError, match="refused source sequence 6"):
+                first.publish_decided(decided, 0, time.monotonic())
+        finally:
+            if restarted:
+                first.close()
+        # Unchained: 7-10 stored past the refused copy (and, after a kill, the process ends here).
+        assert copied_source_sequences(dst, "T") == [1, 2, 3, 4, 5, 7, 8, 9, 10]
+        assert json.loads(record.read_text())["floor"] == 5
+
+        # A successor starts at the target's last copy (10). Meanwhile copy 3, acknowledged, was
+        # removed from the target, and the target now takes per-message TTLs; past its window.
+        run(_delete(dst, "T", 3))
+        run(update_stream(dst, dataclasses.replace(TARGET, allow_msg_ttl=True)))  # its window stays 1 s
+        time.sleep(3)  # past the duplicate window (its ids are purged on a timer: up to twice it)
+        second = _sinks(source_link.url, dst, loop, record, floor=10) if restarted else first
         publish_part = second._publish_copies
 
         def then_lose_the_source(*args: Any) -> BatchResult:
@@ -104,7 +108,7 @@ def test_a_restarts_replay_publishes_the_refused_copy_once_and_nothing_acknowled
                 second.publish_decided(decided, 0, time.monotonic())
             assert copied_source_sequences(dst, "T") == [1, 2, 4, 5, 7, 8, 9, 10, 6]
             source_link.restore()
-            time.sleep(3)  # Spark replays the batch past the duplicate window: 6 must not go again
+            time.sleep(3)  # Spark replays the batch past the duplicate window: none of 6-10 goes again
             second.publish_decided(decided, 0, time.monotonic())
         finally:
             second.close()

@@ -9,6 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from replicator.aio import LoopThread
+from replicator.options import ReaderOptions
+from replicator.sampling.rules import SamplingParams
+from replicator.source_reader import SourceReader
+from replicator.spark.sampling import SamplingSink
+from replicator.spark.sink import OrderedSink, SinkSettings
 from replicator.spark.unacked import Unacked, UnackedRecord, first_failure
 
 
@@ -91,3 +97,32 @@ def test_an_unreadable_record_names_the_file_and_what_removing_it_costs(tmp_path
     (tmp_path / "unacked.json").write_text("{not json")
     with pytest.raises(RuntimeError, match=r"unacked.json is unreadable .* remove it"):
         UnackedRecord(tmp_path / "unacked.json", "T").read()
+
+
+def test_a_deposed_leader_neither_removes_nor_replaces_the_record_its_successor_read(tmp_path: Path) -> None:
+    """Instances sharing state_store: the leader whose lease ran out mid-batch goes on to the
+    batch's end, where it would remove the record (or, failing, write its own) that the new
+    leader read and relies on after a kill -9 of its own."""
+    loop = LoopThread()
+    try:
+        url = "nats://127.0.0.1:1"  # never connected to: nothing here publishes
+        ordered = OrderedSink(SinkSettings(url, "T", "S", "dc1", "cfg", "id", chain=False), loop)
+        record = UnackedRecord(tmp_path / "unacked.json", "T")
+        sink = SamplingSink(
+            ordered,
+            loop,
+            SourceReader(ReaderOptions(url=url, stream="S")),
+            SamplingParams(60_000, 30_000, stream="S"),
+            record,
+        )
+        sink._keep(Unacked({6, 7}, since_ns=1, floor=5))  # its failed publish, recorded while it led
+        assert record.path.exists()
+        ordered.may_publish = lambda: False  # the lease is gone; a successor read the record
+        sink._keep(None)  # its batch's end
+        sink._keep(Unacked({6, 7, 8}, since_ns=1, floor=5))  # or another failure
+        assert json.loads(record.path.read_text())["seqs"] == [6, 7]
+        ordered.may_publish = lambda: True  # leading again: its own record is its to settle
+        sink._keep(None)
+        assert not record.path.exists()
+    finally:
+        loop.stop()
