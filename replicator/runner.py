@@ -107,28 +107,51 @@ class Runner:
         if self._stop_signals is not None:
             self._stop_signals.ignore_after_stop()
 
-    def _build_session(self, args: SessionArgs) -> SparkSession:
+    def _build_session(self, args: SessionArgs) -> SparkSession | None:
         """The session, built on a thread of its own: PySpark gives a context made on the main
         thread a SIGINT handler that raises KeyboardInterrupt wherever that thread is (mid-call
         to the JVM, say), which would skip the clean stop. Off the main thread it installs none,
-        and a Ctrl-C meanwhile goes to ours (replicator.stop_signals)."""
+        and a Ctrl-C meanwhile goes to ours (replicator.stop_signals).
+
+        None when asked to stop first: no query has started, so nothing waits on the session,
+        and a start that takes longer than the stop deadline (53 s was seen on a loaded CI
+        machine) must not turn a clean stop into a timed-out one. The builder is left to end
+        with this process, and the JVM with it (it exits when its stdin closes)."""
         built: list[SparkSession] = []
         failed: list[BaseException] = []
+        ended = threading.Event()
 
         def build() -> None:
             try:
                 built.append(build_session(**args.kwargs(), launched=self.jvm))
             except BaseException as e:  # raised again on the main thread, as if built there
                 failed.append(e)
+            finally:
+                ended.set()
 
         builder = threading.Thread(target=build, name="spark-session", daemon=True)
         watched, self._stop_deadline.watched = self._stop_deadline.watched, builder
         builder.start()
-        builder.join()
+        while not ended.wait(0.1):
+            if self.stop_event.is_set():
+                log.info("stopped while Spark started: no query had begun; leaving its start")
+                self._stop_deadline.watched = watched
+                return None
         self._stop_deadline.watched = watched  # a stop stuck in the start names the builder's call
         if failed:
             raise failed[0]
         return built[0]
+
+    def _on_session(self, spark: SparkSession) -> None:
+        log.info("Spark started (master %s)", spark.sparkContext.master)
+        listen_to_batches(spark, self._on_batch)
+        if self.cfg.profiling and spark.sparkContext.uiWebUrl:
+            log.info("profiling: Spark's web UI at %s", spark.sparkContext.uiWebUrl)
+        # Spark's task workers start beside the first query's planning, not after it (when any
+        # entry's batches go through them: ~90 MB each otherwise idle).
+        master = str(spark.sparkContext.master)
+        if any(r.reads_through_spark(master) for r in self.replications):
+            warm_task_workers(spark, sampling=any(r.s.sampling for r in self.replications))
 
     def request_stop(self, *_: object) -> None:
         if not self.stop_event.is_set():
@@ -176,19 +199,12 @@ class Runner:
                 self.spark = self._build_session(args)
             except JvmGone as e:
                 return self._exit_jvm_gone(e)
-            log.info("Spark started (master %s)", self.spark.sparkContext.master)
-            listen_to_batches(self.spark, self._on_batch)
-            if self.cfg.profiling and self.spark.sparkContext.uiWebUrl:
-                log.info("profiling: Spark's web UI at %s", self.spark.sparkContext.uiWebUrl)
-            # Spark's task workers start beside the first query's planning, not after it (when any
-            # entry's batches go through them: ~90 MB each otherwise idle).
-            master = str(self.spark.sparkContext.master)
-            if any(r.reads_through_spark(master) for r in self.replications):
-                warm_task_workers(self.spark, sampling=any(r.s.sampling for r in self.replications))
+            if self.spark is not None:
+                self._on_session(self.spark)
         finally:
             # Before any query starts: one thing at a time publishes an entry's copies.
             ahead.stop(abandon=self.stop_event.is_set)
-        if self.stop_event.is_set():  # asked to stop while Spark started: no query to begin
+        if self.stop_event.is_set() or self.spark is None:  # asked to stop while Spark started
             self.shutdown()
             return 0
         for r in self.replications:
