@@ -27,7 +27,8 @@ settings.load_profile("no-deadline")
 # the run's files, apart: `make test` hands files to its workers in collection order, and run
 # side by side at its start they starved each other on 2 cores (a chaos schedule's first fault
 # took 110 s to recover, its fleet ended before the leader moved, CI failed). The longest first,
-# so that no worker is left running it at the end; unit tests last, to fill the gaps.
+# so that no worker is left running it at the end; unit tests last, to fill the gaps. They are
+# `long` campaigns now (make test-long, not make test): this holds for a run of every test.
 SPREAD = {"test_scale_rehearsal.py": 0.0, "test_chaos.py": 0.35, "test_partitions.py": 0.7}
 
 

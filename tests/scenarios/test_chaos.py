@@ -14,7 +14,7 @@ import pytest
 
 from harness.chaos.schedule import draw
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 293

@@ -10,7 +10,7 @@ import pytest
 from harness.scenario.runner import run_scenario
 from harness.scenario.spec import load_spec
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parents[2]
 
