@@ -39,10 +39,11 @@ test: install
 	$(BIN)/pytest -q -ra --durations=30 -m "not long" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(TEST_ORDER)
 
 # The long campaigns (scale rehearsal, chaos, partitions: each minutes of NATS clusters, Spark and
-# a fleet), one at a time: outside make test, whose CI run must end well inside 90 minutes on a
-# loaded 2-core machine (the JVMs' starts are most of its CPU; docs/performance.md).
+# a fleet; spark-submit of the packed environment to a standalone cluster), one at a time: outside
+# make test, whose CI run must end well inside 90 minutes on a loaded 2-core machine (the JVMs'
+# starts are most of its CPU; docs/performance.md).
 test-long: install
-	$(BIN)/pytest -q -ra --durations=5 -m long tests/scenarios
+	$(BIN)/pytest -q -ra --durations=5 -m long tests/scenarios tests/integration/test_dist.py
 
 test-unit: install
 	$(BIN)/pytest -q tests/unit

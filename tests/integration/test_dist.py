@@ -88,6 +88,8 @@ def test_the_wheel_in_a_new_venv_validates_and_copies(
     assert copied_source_sequences(nats_server.url, "ORDERS") == list(range(1, n + 1))
 
 
+# Minutes of a standalone master, worker and executor in the packed environment: make test-long.
+@pytest.mark.long
 def test_spark_submit_with_the_packed_environment_on_a_standalone_cluster(
     artifacts: Artifacts, source_server, nats_server, tmp_path: Path
 ) -> None:
