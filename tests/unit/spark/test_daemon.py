@@ -67,7 +67,9 @@ def test_after_the_first_task_what_the_worker_holds_is_frozen_and_later_garbage_
         gone = weakref.ref(leftover)
         del leftover
         assert daemon.worker(a, True) == 0
-        assert gc.get_freeze_count() == frozen  # frozen once, not after every task
+        # Frozen once, not after every task: a second freeze would add what is alive now. The
+        # count may drop (a frozen object freed meanwhile: CI saw 5 fewer), never grow.
+        assert gc.get_freeze_count() <= frozen
         gc.collect()  # what pyspark's daemon runs after each task
         assert gone() is None  # a later task's cyclic garbage is freed
     assert tasks == [1, 1]
