@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # make dist: wheel, sdist, packed environment and submit file for spark-submit (harness/dist.py).
-.PHONY: test-long install dist image test test-unit test-integration demo bench bench-emulator loadtest chaos scenarios scale-plan scale-rehearse scale-report lint format clean
+.PHONY: install dist image test test-long test-unit test-integration demo bench bench-emulator loadtest chaos scenarios scale-plan scale-rehearse scale-report lint format clean
 
 install: $(STAMP)
 
@@ -28,10 +28,9 @@ $(STAMP): pyproject.toml
 # Most integration tests wait on servers and Spark rather than use the CPU: TEST_WORKERS of them run
 # side by side (one test file per worker; TEST_WORKERS=0 runs them one at a time). 3 take about
 # 32 min against 41-45 with 2; no test bounds how fast something happens (benchmarks measure that).
-# Files are handed out in collection order (tests/conftest.py puts the three heaviest apart, the
-# longest first, and the unit tests last to fill the gaps). xdist's own order (files with the
-# most tests first) hands out the single-test files last, the 5-minute scenario among them, so
-# one worker could be left running it after the others had finished.
+# Files are handed out in TEST_ORDER (the slow ones first, the unit tests last to fill the gaps).
+# xdist's own order (files with the most tests first) hands out the single-test files last, so
+# one worker could be left running a minutes-long one after the others had finished.
 TEST_WORKERS ?= 3
 TEST_ORDER = tests/scenarios tests/integration tests/unit
 

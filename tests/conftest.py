@@ -23,26 +23,6 @@ settings.register_profile("no-deadline", deadline=None)
 settings.load_profile("no-deadline")
 
 
-# The heaviest files (each runs NATS clusters, Spark and a fleet for minutes) start this far into
-# the run's files, apart: `make test` hands files to its workers in collection order, and run
-# side by side at its start they starved each other on 2 cores (a chaos schedule's first fault
-# took 110 s to recover, its fleet ended before the leader moved, CI failed). The longest first,
-# so that no worker is left running it at the end; unit tests last, to fill the gaps. They are
-# `long` campaigns now (make test-long, not make test): this holds for a run of every test.
-SPREAD = {"test_scale_rehearsal.py": 0.0, "test_chaos.py": 0.35, "test_partitions.py": 0.7}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    files = list(dict.fromkeys(item.path for item in items))
-    tests = Path(__file__).parent
-    unit = [f for f in files if f.is_relative_to(tests / "unit")]
-    others = [f for f in files if f.name not in SPREAD and f not in unit]
-    at = {f: i / max(len(others), 1) for i, f in enumerate(others)}
-    at.update({f: SPREAD[f.name] - 1e-6 for f in files if f.name in SPREAD})
-    at.update({f: 1.0 + i for i, f in enumerate(unit)})
-    items.sort(key=lambda item: at[item.path])  # stable: each file's tests keep their order
-
-
 @pytest.fixture
 def nats_server() -> Iterator[NatsCluster]:
     """A single JetStream server (the target side in most tests)."""
