@@ -86,6 +86,10 @@ class BatchResult:
     seconds: float = 0.0
 
 
+class SinkClosed(RuntimeError):
+    """A publish asked of a sink already closed for a stop."""
+
+
 @dataclass
 class SinkSettings:
     target_url: str
@@ -282,6 +286,8 @@ class OrderedSink:
         # One caller at a time from the wait for the last batch's acks to the next batch's
         # start (the query's batches, the copies ahead and the live copies).
         self.publishing = threading.RLock()
+        # Set by close(): no publish starts after it (see there).
+        self._closed = False
         # Highest source sequence known to be in the target, or deliberately skipped: never
         # published again. Only this sink moves it, and only up (handled_up_to).
         self._floor = floor
@@ -390,6 +396,7 @@ class OrderedSink:
             return self._publish_rows(table, started)
 
     def _publish_rows(self, table: pa.Table, started: float) -> BatchResult:
+        self._check_open()
         self.check_leader()
         if self.inflight is None:
             result = self.publish_table(table)
@@ -397,6 +404,7 @@ class OrderedSink:
             self.account(result)
         else:
             self.wait_published()
+            self._check_open()  # closed while the last batch's acks were awaited
             if self.reads_above_floor:
                 # Copied live, the query's batches and the live copies both read the source:
                 # what one handled after the other's read is counted by the one that handled it
@@ -797,7 +805,25 @@ class OrderedSink:
         t.last_seq = max(t.last_seq, r.last_seq)
         self.batches += 1
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SinkClosed("the target connection was closed for a stop; nothing more is published")
+
     def close(self, grace: float = 10.0) -> None:
+        """Wait (up to `grace`) for the batch being published, then close the connection. No
+        publish starts after this: a copier the stop gave up waiting for (the copies ahead of the
+        query, on a target slow to acknowledge) would otherwise reconnect and send copies after
+        the stop wrote its mark of what the target acknowledged (replicator.live_mark), copies a
+        start that cannot see the target's tail would store again."""
+        held = self.publishing.acquire(timeout=grace)  # a publish under way hands over first
+        self._closed = True
+        try:
+            self._close(grace)
+        finally:
+            if held:
+                self.publishing.release()
+
+    def _close(self, grace: float) -> None:
         try:
             self.wait_published(grace)
         except Exception as e:  # its in-flight record stays: the next start publishes it

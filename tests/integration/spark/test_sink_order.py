@@ -24,7 +24,7 @@ from replicator.nats.publisher import PublishError
 from replicator.nats.readers import RawMessage
 from replicator.spark.inflight import InflightRecord
 from replicator.spark.rows import to_record_batch
-from replicator.spark.sink import OrderedSink, SinkSettings
+from replicator.spark.sink import OrderedSink, SinkClosed, SinkSettings
 
 
 def _batch(n: int, rollup_at: int) -> pa.Table:
@@ -186,11 +186,11 @@ def test_another_writer_in_the_middle_of_batches_costs_no_copy(
 def test_a_batch_left_in_flight_is_never_replaced_by_the_next_after_a_stop_took_its_error(
     target_of_each_kind: tuple[NatsCluster, int], loop: LoopThread, tmp_path: Path
 ) -> None:
-    """A refused batch's in-flight record is what makes the next start publish it again. A stop
-    that closes the sink takes the batch's error; a batch that comes after (the copies ahead of
-    the query, whose thread a stop gives up on; the live copies) must not replace that record,
+    """A refused batch's in-flight record is what makes the next start publish it again. Whoever
+    waits for the batch takes its error (a stop closing the sink, the live copies); a batch that
+    comes after (the copies ahead of the query; the live copies) must not replace that record,
     or the refused copies and every one after them up to that batch are lost for good (found by
-    review)."""
+    review). Once the sink is closed, nothing is published at all."""
     nats_server, replicas = target_of_each_kind
     run(create_stream(nats_server.url, "T", ["t.>"], num_replicas=replicas))  # no rollups allowed
     _wait_for_leader(nats_server.url, "T")
@@ -199,7 +199,8 @@ def test_a_batch_left_in_flight_is_never_replaced_by_the_next_after_a_stop_took_
     sink = OrderedSink(settings, loop, inflight=record)
     try:
         sink.publish_rows(_batch(100, 40), time.monotonic())  # its publish starts; refused at 40
-        sink.close()  # a stop: the refusal is reported here ("on the next start")
+        with pytest.raises(PublishError, match="refused source sequence 40"):
+            sink.wait_published(SLOW_S)  # someone else takes the error first
         later = pa.Table.from_batches(
             [
                 to_record_batch(
@@ -217,6 +218,35 @@ def test_a_batch_left_in_flight_is_never_replaced_by_the_next_after_a_stop_took_
             sink.publish_rows(later, time.monotonic())
     finally:
         sink.close()
+    with pytest.raises(SinkClosed):
+        sink.publish_rows(later, time.monotonic())
     left = record.read()
     assert left is not None and (left.first_seq, left.last_seq) == (1, 100)
     assert copied_source_sequences(nats_server.url, "T") == list(range(1, 40))
+
+
+def test_nothing_is_published_once_the_sink_is_closed(
+    nats_server: NatsCluster, loop: LoopThread, tmp_path: Path
+) -> None:
+    """A stop closes the sink and then writes how far the target acknowledged its copies (the
+    live mark). A copier the stop gave up waiting for (the copies ahead of the query, on a target
+    slow to answer) reconnected and published its next chunk after that: copies the mark does
+    not cover, which a start that cannot see the target's tail (another writer buried it past
+    the duplicate window) would store again. A closed sink publishes nothing."""
+    run(create_stream(nats_server.url, "T", ["t.>"]))
+    record = InflightRecord(tmp_path / "inflight")
+    settings = SinkSettings(nats_server.url, "T", "S", "dc1", "cfg", "dc1.cfg.S.1", chain=True)
+    sink = OrderedSink(settings, loop, inflight=record)
+    first = pa.Table.from_batches(
+        [to_record_batch("S", [RawMessage(s, "t.1", time.time_ns(), None, b"x") for s in range(1, 101)])]
+    )
+    later = pa.Table.from_batches(
+        [to_record_batch("S", [RawMessage(s, "t.1", time.time_ns(), None, b"x") for s in range(101, 201)])]
+    )
+    sink.publish_rows(first, time.monotonic())
+    sink.close()  # waits for the first batch's acks
+    assert sink.floor == 100 and record.read() is None
+    with pytest.raises(SinkClosed, match="closed for a stop"):
+        sink.publish_rows(later, time.monotonic())
+    assert sink.floor == 100 and record.read() is None
+    assert copied_source_sequences(nats_server.url, "T") == list(range(1, 101))
