@@ -217,6 +217,11 @@ def tree_commands(root: int) -> list[str]:
     return list(tree(root).values())
 
 
+def url_port(url: str) -> int:
+    """The port of a server URL's first server ("nats://127.0.0.1:4222,..." -> 4222)."""
+    return int(url.split(",")[0].rsplit(":", 1)[1])
+
+
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The real CLI as a subprocess. Its `admin state` and `admin fleet` start Spark (8 s on a
     quiet machine; 60 s was not enough in a loaded CI run), so the bound is SLOW_S."""

@@ -20,10 +20,15 @@ from helpers import (
     run,
     start_replicator,
     tree,
+    url_port,
     wait_for,
 )
 
+from harness.faultproxy import FaultProxy
 from harness.streams import count_messages as count
+from replicator.config import load_config
+from replicator.entry_files import inflight_path, live_mark_path
+from replicator.live_mark import read_live_mark
 from replicator.runner import STOP_DEADLINE_S
 
 pytestmark = pytest.mark.integration
@@ -185,3 +190,52 @@ def test_a_stop_while_spark_starts_slower_than_the_stop_deadline_is_clean(
                     os.kill(pid, signal.SIGKILL)
     run(publish(src, [(f"orders.{i % 13}", registration(i), None) for i in range(n, n + 200)]))
     restart_and_check_exact(cfg, dst, n + 200)
+
+
+def test_a_stop_while_spark_starts_lets_the_chunk_copied_ahead_get_its_acks(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """A stop while Spark starts gave the copies made ahead 1 s, then shut down under the chunk
+    being published: a target slow to acknowledge it (here its link stalled for 6 s) left the
+    chunk recorded in flight, to be read and sent again by the next start. The chunk now gets
+    its acks for as long as the stop's deadline can spare (all but the shutdown's reserve), so
+    the stop leaves no record in flight and a mark of every copy, and exits 0 in time."""
+    src = source_server.url
+    with FaultProxy(url_port(nats_server.url)) as link:
+        link.bandwidth = 2_000_000  # ~2,000 copies a second: the stall finds a chunk in flight
+        cfg, n = orders_backlog(src, link.url, tmp_path, 40_000, batch_max_messages=2_000, copy_ahead=True)
+        conf_dir = tmp_path / "spark-conf"
+        conf_dir.mkdir()
+        (conf_dir / "spark-env.sh").write_text("sleep 70\n")  # the stop comes while Spark starts
+        env = {**os.environ, "SPARK_CONF_DIR": str(conf_dir)}
+        rep = Replicator(cfg, tmp_path / "slow-start.log", env=env).start(wait=False)
+        assert rep.proc is not None
+        launch: dict[int, str] = {}
+        try:
+            wait_for(
+                lambda: run(count(nats_server.url, "ORDERS")) >= 4_000, SLOW_S, "copies ahead under way", rep
+            )
+            launch = tree(rep.proc.pid)
+            link.stall()
+            time.sleep(0.5)
+            os.killpg(rep.proc.pid, signal.SIGTERM)
+            time.sleep(6.0)  # the target answers again, 6 s after the stop: well inside its deadline
+            link.restore()
+            code = rep.proc.wait(STOP_DEADLINE_S + 30)
+            out = rep.output(10**9)
+            assert code == 0, out
+            assert "stopped while Spark started" in out, out
+            assert not [n for n in NOISE if n in out], out
+        finally:
+            for pid, command in launch.items():
+                if pid != rep.proc.pid and tree(pid).get(pid) == command:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+    stored = run(count(nats_server.url, "ORDERS"))
+    assert 4_000 <= stored < n, (stored, "the stop came among the copies ahead")
+    loaded = load_config(cfg)
+    entry = loaded.streams[0]
+    assert not inflight_path(loaded, entry).exists(), inflight_path(loaded, entry).read_text()
+    mark = read_live_mark(live_mark_path(loaded, entry))
+    assert mark is not None and mark.seq == stored, (mark, stored)
+    assert f"the target holds up to source sequence {stored}" in out, out
