@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from replicator.spark.sink import SinkClosed
+
 if TYPE_CHECKING:
     from replicator.replication import StreamReplication
 
@@ -138,6 +140,8 @@ class HeadStart:
             r.copy_ahead(chunk)
             copied[r] += len(chunk)
             return True
+        except SinkClosed:  # a stop closed the target connection: _settle says how far it got
+            return False
         except Exception as e:  # the query's start meets the same, and reports it its way
             r.log.warning("copying ahead stopped: %s", e)
             return False

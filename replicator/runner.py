@@ -45,10 +45,6 @@ PLANNERS_RETRY_S = 30.0
 # A clean stop's bound, inside the shipped unit's TimeoutStopSec (60 s): on a loaded machine
 # Spark's own stop of a running batch or a standalone cluster took over 25 s (seen in CI).
 STOP_DEADLINE_S = 45.0
-# What a stop's shutdown keeps of that deadline when it comes while Spark starts: the copies made
-# ahead wait for their chunk's acks until then, the shutdown (the sinks, the heartbeats' 6 s, a
-# JVM launch's 10 s) takes the rest.
-SHUTDOWN_RESERVE_S = 20.0
 
 
 class Runner:
@@ -207,9 +203,8 @@ class Runner:
                 self._on_session(self.spark)
         finally:
             # Before any query starts: one thing at a time publishes an entry's copies. On a
-            # stop, the chunk being published gets its acks (its in-flight record then cleared)
-            # for as long as the shutdown can spare: one stalled target is not waited for past it.
-            ahead.stop(abandon=self._spare_no_more)
+            # stop, closing the sinks waits for the chunk being published (bounded).
+            ahead.stop(abandon=self.stop_event.is_set)
         if self.stop_event.is_set() or self.spark is None:  # asked to stop while Spark started
             self.shutdown()
             return 0
@@ -454,10 +449,6 @@ class Runner:
         self._stop_heartbeats()
         self._stop_deadline.done()
         return 1
-
-    def _spare_no_more(self) -> bool:
-        """Whether a stop has come and its deadline keeps no more than the shutdown's reserve."""
-        return self.stop_event.is_set() and self._stop_deadline.remaining() <= SHUTDOWN_RESERVE_S
 
     def _stop_preparing(self) -> bool:
         """Whether to stop waiting for a source stream: asked to stop, or Spark's JVM, launched

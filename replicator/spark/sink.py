@@ -320,8 +320,9 @@ class OrderedSink:
         self._submitted = 0
 
     async def connection(self) -> ReplicatorClient:
-        """The sink's target connection (opened if need be)."""
+        """The sink's target connection (opened if need be, unless the sink was closed)."""
         if self._nc is None or self._nc.is_closed:
+            self._check_open()  # a catch-up, gap fill or publish the stop gave up on: not reopened
             self._nc = await open_connection(
                 self.settings.target_url, self.settings.tls, name=f"sr-target-{self.settings.config_name}"
             )
@@ -810,15 +811,16 @@ class OrderedSink:
             raise SinkClosed("the target connection was closed for a stop; nothing more is published")
 
     def close(self, grace: float = 10.0) -> None:
-        """Wait (up to `grace`) for the batch being published, then close the connection. No
-        publish starts after this: a copier the stop gave up waiting for (the copies ahead of the
-        query, on a target slow to acknowledge) would otherwise reconnect and send copies after
-        the stop wrote its mark of what the target acknowledged (replicator.live_mark), copies a
-        start that cannot see the target's tail would store again."""
+        """Wait (up to `grace` in all) for the batch being published, then close the connection.
+        No batch starts and no connection opens after this: a copier the stop gave up waiting for
+        (the copies ahead of the query, on a target slow to acknowledge) would otherwise reconnect
+        and send copies after the stop wrote its mark of what the target acknowledged
+        (replicator.live_mark), copies a start that cannot see the target's tail stores again."""
+        self._closed = True  # first: a copier whose last acks come meanwhile sends no next batch
+        due = time.monotonic() + grace
         held = self.publishing.acquire(timeout=grace)  # a publish under way hands over first
-        self._closed = True
         try:
-            self._close(grace)
+            self._close(max(0.0, due - time.monotonic()))
         finally:
             if held:
                 self.publishing.release()

@@ -17,7 +17,7 @@ from replicator.nats.jetstream import TargetLimits
 from replicator.nats.readers import RawMessage
 from replicator.spark.inflight import InflightRecord
 from replicator.spark.rows import to_record_batch
-from replicator.spark.sink import BatchCopies, OrderedSink, SinkSettings
+from replicator.spark.sink import BatchCopies, OrderedSink, SinkClosed, SinkSettings
 from replicator.subjects import subjects_matcher
 
 
@@ -45,6 +45,44 @@ def test_a_publish_still_running_past_a_wait_is_still_waited_for() -> None:
         sink.failure_settled()
         sink.wait_published(1)
         assert sink.publish_failed() is None
+    finally:
+        loop.stop()
+
+
+def test_a_close_while_a_batch_waits_for_the_last_ones_acks_lets_no_batch_start_after_it() -> None:
+    """A stop closes the sink, then writes how far the target acknowledged (the live mark). A
+    copier waiting for its last batch's acks (the copies ahead, on a slow target) must not send
+    its next batch once they come, nor reopen the connection: those copies would be past the
+    mark (found by a cold review: the copier reconnected after the close)."""
+    loop = LoopThread("test-sink")
+    try:
+        sink = OrderedSink(SinkSettings("nats://127.0.0.1:1", "T", "S", "dc1", "cfg", "dc1.cfg.S.1"), loop)
+        sink.inflight = InflightRecord(Path("/nonexistent/inflight"))  # never written: nothing starts
+        last: concurrent.futures.Future[None] = concurrent.futures.Future()
+        sink._pending = last
+        msgs = [RawMessage(seq, "s.a", time.time_ns(), None, b"{}") for seq in (1, 2, 3)]
+        raised: list[BaseException] = []
+
+        def copier() -> None:
+            try:
+                sink.publish_rows(pa.Table.from_batches([to_record_batch("S", msgs)]), time.monotonic())
+            except BaseException as e:
+                raised.append(e)
+
+        thread = threading.Thread(target=copier)
+        thread.start()
+        time.sleep(0.2)  # the copier holds `publishing`, waiting for the last batch's acks
+        closing = threading.Thread(target=sink.close, args=(5.0,))
+        closing.start()
+        time.sleep(0.2)
+        last.set_result(None)  # the acks come while the close waits
+        thread.join(5)
+        closing.join(5)
+        assert not thread.is_alive() and not closing.is_alive()
+        assert len(raised) == 1 and isinstance(raised[0], SinkClosed), raised
+        assert sink._pending is None
+        with pytest.raises(SinkClosed):
+            loop.run(sink.connection(), 5)
     finally:
         loop.stop()
 
