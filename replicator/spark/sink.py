@@ -286,8 +286,10 @@ class OrderedSink:
         # One caller at a time from the wait for the last batch's acks to the next batch's
         # start (the query's batches, the copies ahead and the live copies).
         self.publishing = threading.RLock()
-        # Set by close(): no publish starts after it (see there).
+        # Set by close(): no batch starts after it, and no connection opens once it closed the
+        # one it had (see there).
         self._closed = False
+        self._disconnected = False
         # Highest source sequence known to be in the target, or deliberately skipped: never
         # published again. Only this sink moves it, and only up (handled_up_to).
         self._floor = floor
@@ -322,11 +324,19 @@ class OrderedSink:
     async def connection(self) -> ReplicatorClient:
         """The sink's target connection (opened if need be, unless the sink was closed)."""
         if self._nc is None or self._nc.is_closed:
-            self._check_open()  # a catch-up, gap fill or publish the stop gave up on: not reopened
-            self._nc = await open_connection(
+            self._check_connected()  # a catch-up, gap fill or publish the stop gave up on
+            nc = await open_connection(
                 self.settings.target_url, self.settings.tls, name=f"sr-target-{self.settings.config_name}"
             )
+            if self._disconnected:  # closed for a stop while this one opened
+                await nc.close()
+                self._check_connected()
+            self._nc = nc
         return self._nc
+
+    def _check_connected(self) -> None:
+        if self._disconnected:
+            raise SinkClosed("the target connection was closed for a stop; nothing more is published")
 
     @property
     def floor(self) -> int:
@@ -830,6 +840,8 @@ class OrderedSink:
             self.wait_published(grace)
         except Exception as e:  # its in-flight record stays: the next start publishes it
             self.log.warning("the last batch was not fully published (%s); it will be on the next start", e)
+        # A publish under way until now may still have opened or reopened it; nothing from here.
+        self._disconnected = True
         if self._nc is not None and not self._nc.is_closed:
             try:
                 self.loop.run(self._nc.close(), 5)
