@@ -828,7 +828,7 @@ class OrderedSink:
         (replicator.live_mark), copies a start that cannot see the target's tail stores again."""
         self._closed = True  # first: a copier whose last acks come meanwhile sends no next batch
         due = time.monotonic() + grace
-        held = self.publishing.acquire(timeout=grace)  # a publish under way hands over first
+        held = self.publishing.acquire(timeout=max(0.0, grace))  # a publish under way hands over first
         try:
             self._close(max(0.0, due - time.monotonic()))
         finally:
@@ -842,9 +842,14 @@ class OrderedSink:
             self.log.warning("the last batch was not fully published (%s); it will be on the next start", e)
         # A publish under way until now may still have opened or reopened it; nothing from here.
         self._disconnected = True
-        if self._nc is not None and not self._nc.is_closed:
-            try:
-                self.loop.run(self._nc.close(), 5)
-            except Exception as e:  # closing must not mask the reason we stop
-                log.debug("closing target connection: %s", e)
-        self._nc = None
+        try:
+            self.loop.run(self._disconnect(), 5)
+        except Exception as e:  # closing must not mask the reason we stop
+            log.debug("closing target connection: %s", e)
+
+    async def _disconnect(self) -> None:
+        # On the loop, as connection() is: an open that raced the flag is closed by either side.
+        self._disconnected = True
+        nc, self._nc = self._nc, None
+        if nc is not None and not nc.is_closed:
+            await nc.close()

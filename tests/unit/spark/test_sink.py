@@ -74,7 +74,9 @@ def test_a_close_while_a_batch_waits_for_the_last_ones_acks_lets_no_batch_start_
         time.sleep(0.2)  # the copier holds `publishing`, waiting for the last batch's acks
         closing = threading.Thread(target=sink.close, args=(5.0,))
         closing.start()
-        time.sleep(0.2)
+        deadline = time.monotonic() + 5
+        while not sink._closed and time.monotonic() < deadline:
+            time.sleep(0.01)
         last.set_result(None)  # the acks come while the close waits
         thread.join(5)
         closing.join(5)
