@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,29 @@ def copy_under_way(src: str, dst: str, tmp_path: Path, n: int) -> tuple[Path, in
     rep = start_replicator(cfg)
     wait_for(lambda: run(count(dst, "ORDERS")) >= 2_000, SLOW_S, "copying under way", rep)
     return cfg, n, rep
+
+
+@contextlib.contextmanager
+def starting_slowly(cfg: Path, tmp_path: Path) -> Iterator[tuple[Replicator, dict[int, str]]]:
+    """The replicator started with a Spark start slower than the stop deadline (a spark-env.sh
+    that sleeps 70 s, as a slow conf script would), and a dict the test fills with its process
+    tree while Spark starts (`tree(pid)`). The launch script outlives the replicator, asleep in
+    a session of its own: each process noted is killed afterwards if it is still the same one
+    (a pid freed since may be another process's by now)."""
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-env.sh").write_text("sleep 70\n")
+    env = {**os.environ, "SPARK_CONF_DIR": str(conf_dir)}
+    rep = Replicator(cfg, tmp_path / "slow-start.log", env=env).start(wait=False)
+    assert rep.proc is not None
+    launch: dict[int, str] = {}
+    try:
+        yield rep, launch
+    finally:
+        for pid, command in launch.items():
+            if pid != rep.proc.pid and tree(pid).get(pid) == command:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def restart_and_check_exact(cfg: Path, dst: str, n: int) -> None:
@@ -164,30 +188,16 @@ def test_a_stop_while_spark_starts_slower_than_the_stop_deadline_is_clean(
     that sleeps, as a slow conf script would."""
     src, dst = source_server.url, nats_server.url
     cfg, n = orders_backlog(src, dst, tmp_path, 2_000, batch_max_messages=500, copy_ahead=True)
-    conf_dir = tmp_path / "spark-conf"
-    conf_dir.mkdir()
-    (conf_dir / "spark-env.sh").write_text("sleep 70\n")
-    env = {**os.environ, "SPARK_CONF_DIR": str(conf_dir)}
-    rep = Replicator(cfg, tmp_path / "slow-start.log", env=env).start(wait=False)
-    assert rep.proc is not None
-    launch: dict[int, str] = {}
-    try:
+    with starting_slowly(cfg, tmp_path) as (rep, launch):
         wait_for(lambda: run(count(dst, "ORDERS")) >= n, SLOW_S, "the copies made ahead", rep)
         assert "Spark started" not in rep.output(10**9)  # still starting: the case under test
-        launch = tree(rep.proc.pid)
+        launch.update(tree(rep.proc.pid))
         code = rep.stop(timeout=STOP_DEADLINE_S + 30)
         out = rep.output(10**9)
         assert code == 0, out
         assert "stopped while Spark started" in out, out  # not a session built after all
         assert [line for line in out.splitlines() if line.endswith(" stopped")], out
         assert not [n for n in NOISE if n in out], out
-    finally:
-        # The launch script, still asleep in a session of its own: each process seen then, if
-        # it is still the same one (a pid freed since may be another process's by now).
-        for pid, command in launch.items():
-            if pid != rep.proc.pid and tree(pid).get(pid) == command:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
     run(publish(src, [(f"orders.{i % 13}", registration(i), None) for i in range(n, n + 200)]))
     restart_and_check_exact(cfg, dst, n + 200)
 
@@ -205,18 +215,11 @@ def test_a_stop_while_spark_starts_lets_the_chunk_copied_ahead_get_its_acks(
     with FaultProxy(url_port(nats_server.url)) as link:
         link.bandwidth = 2_000_000  # ~2,000 copies a second: the stall finds a chunk in flight
         cfg, n = orders_backlog(src, link.url, tmp_path, 40_000, batch_max_messages=2_000, copy_ahead=True)
-        conf_dir = tmp_path / "spark-conf"
-        conf_dir.mkdir()
-        (conf_dir / "spark-env.sh").write_text("sleep 70\n")  # the stop comes while Spark starts
-        env = {**os.environ, "SPARK_CONF_DIR": str(conf_dir)}
-        rep = Replicator(cfg, tmp_path / "slow-start.log", env=env).start(wait=False)
-        assert rep.proc is not None
-        launch: dict[int, str] = {}
-        try:
+        with starting_slowly(cfg, tmp_path) as (rep, launch):  # the stop comes while Spark starts
             wait_for(
                 lambda: run(count(nats_server.url, "ORDERS")) >= 4_000, SLOW_S, "copies ahead under way", rep
             )
-            launch = tree(rep.proc.pid)
+            launch.update(tree(rep.proc.pid))
             at_stall = run(count(nats_server.url, "ORDERS"))
             link.stall()
             time.sleep(0.5)
@@ -228,11 +231,6 @@ def test_a_stop_while_spark_starts_lets_the_chunk_copied_ahead_get_its_acks(
             assert code == 0, out
             assert "stopped while Spark started" in out, out
             assert not [n for n in NOISE if n in out], out
-        finally:
-            for pid, command in launch.items():
-                if pid != rep.proc.pid and tree(pid).get(pid) == command:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
     stored = run(count(nats_server.url, "ORDERS"))
     assert at_stall < stored < n, (
         at_stall,
