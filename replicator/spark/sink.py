@@ -89,6 +89,9 @@ class BatchResult:
 class SinkClosed(RuntimeError):
     """A publish asked of a sink already closed for a stop."""
 
+    def __init__(self) -> None:
+        super().__init__("the target connection was closed for a stop; nothing more is published")
+
 
 @dataclass
 class SinkSettings:
@@ -336,7 +339,7 @@ class OrderedSink:
 
     def _check_connected(self) -> None:
         if self._disconnected:
-            raise SinkClosed("the target connection was closed for a stop; nothing more is published")
+            raise SinkClosed()
 
     @property
     def floor(self) -> int:
@@ -818,7 +821,7 @@ class OrderedSink:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise SinkClosed("the target connection was closed for a stop; nothing more is published")
+            raise SinkClosed()
 
     def close(self, grace: float = 10.0) -> None:
         """Wait (up to `grace` in all) for the batch being published, then close the connection.
@@ -848,8 +851,8 @@ class OrderedSink:
             log.debug("closing target connection: %s", e)
 
     async def _disconnect(self) -> None:
-        # On the loop, as connection() is: an open that raced the flag is closed by either side.
-        self._disconnected = True
+        # On the loop, as connection() is: an open that raced the flag (set before this) is
+        # closed either here or by connection() itself.
         nc, self._nc = self._nc, None
         if nc is not None and not nc.is_closed:
             await nc.close()

@@ -226,14 +226,16 @@ def test_a_batch_left_in_flight_is_never_replaced_by_the_next_after_a_stop_took_
 
 
 def test_nothing_is_published_once_the_sink_is_closed(
-    nats_server: NatsCluster, loop: LoopThread, tmp_path: Path
+    target_of_each_kind: tuple[NatsCluster, int], loop: LoopThread, tmp_path: Path
 ) -> None:
     """A stop closes the sink and then writes how far the target acknowledged its copies (the
     live mark). A copier the stop gave up waiting for (the copies ahead of the query, on a target
     slow to answer) reconnected and published its next chunk after that: copies the mark does
     not cover, which a start that cannot see the target's tail (another writer buried it past
     the duplicate window) would store again. A closed sink publishes nothing."""
-    run(create_stream(nats_server.url, "T", ["t.>"]))
+    nats_server, replicas = target_of_each_kind
+    run(create_stream(nats_server.url, "T", ["t.>"], num_replicas=replicas))
+    _wait_for_leader(nats_server.url, "T")
     record = InflightRecord(tmp_path / "inflight")
     settings = SinkSettings(nats_server.url, "T", "S", "dc1", "cfg", "dc1.cfg.S.1", chain=True)
     sink = OrderedSink(settings, loop, inflight=record)
