@@ -55,6 +55,7 @@ FLEET_SECONDS = 60  # wall seconds the fleet publishes at least (an hour of flee
 # copies some, so the checker sees the handovers. On a machine too busy for the faults to fit in
 # FLEET_SECONDS, the fleet had stopped before the leader moved, and nothing showed the handover.
 FLEET_TAIL_S = 10
+EMULATOR_STOP_S = 30  # from SIGTERM: it ends its publish attempt under way (up to 5 s), then exits
 FLEET_MAX_SECONDS = 1800  # the fleet's own end, should the schedule never stop it
 INSPECT_MS, WARN_MS = 10_000, 5_000  # 10 and 5 minutes of fleet time
 GUARD_S = max(0.5, TOPO.ttl / 5)  # replicator.election.Lease.for_ttl
@@ -259,8 +260,13 @@ class Schedule:
                 self.result.faults.append(self.inflict(fault))
             time.sleep(max(FLEET_SECONDS - (time.monotonic() - self.t0), FLEET_TAIL_S))
             self.emulator.terminate()  # it stops publishing and exits 0 (emulator.cli)
-            if self.emulator.wait() != 0:
-                self.result.problems.append(f"the fleet emulator failed; see {self.work / 'emulator.log'}")
+            try:
+                code = self.emulator.wait(EMULATOR_STOP_S)
+            except subprocess.TimeoutExpired:  # a schedule never hangs on it: killed on the way out
+                code = None
+            if code != 0:
+                why = "failed" if code is not None else f"did not stop within {EMULATOR_STOP_S} s of SIGTERM"
+                self.result.problems.append(f"the fleet emulator {why}; see {self.work / 'emulator.log'}")
             checked = time.monotonic()
             self.check()
             self.result.figures["check_s"] = round(time.monotonic() - checked)
