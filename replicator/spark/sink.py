@@ -294,8 +294,12 @@ class OrderedSink:
         self._closed = False
         self._disconnected = False
         # Highest source sequence known to be in the target, or deliberately skipped: never
-        # published again. Only this sink moves it, and only up (handled_up_to).
+        # published again. Only this sink moves it, and only up (handled_up_to): the live mark
+        # and a stop's mark read it from other threads, while a publish may be under way.
         self._floor = floor
+        # publish_unchained's rows go out whether or not they are above the floor: its own
+        # floor, just below them, is the one its publish selects by (see _publish_floor).
+        self._unchained_floor: int | None = None
         # Leader election: whether this instance may publish now (None: always). Asked before
         # every 256th copy, so a batch begun as the leader stops when its lease ends.
         self.may_publish: Callable[[], bool] | None = None
@@ -350,6 +354,13 @@ class OrderedSink:
         """Every source sequence up to `seq` is in the target or deliberately skipped (a batch
         settled, a range published again, the target's last copy found at a takeover)."""
         self._floor = max(self._floor, seq)
+
+    @property
+    def _publish_floor(self) -> int:
+        """What the publish under way leaves out as in the target: the floor, or in
+        publish_unchained, what is below its rows. Fixed for the publish: an unchained publish
+        makes one attempt (a refusal raises), which moves past its stored rows by their index."""
+        return self._floor if self._unchained_floor is None else self._unchained_floor
 
     def show_handled(self, seq: int) -> None:
         """Set the stream_sequence gauge where a query starts, to `seq`, known handled with
@@ -546,12 +557,17 @@ class OrderedSink:
         """publish_table, every row (not only those above the floor) and unchained: for copies
         the target may hold later ones of, where a chained publish would read its tail and go
         on after that, past them. The floor stays where it was, or moves to the rows' end."""
-        floor, shared = self._floor, self.shared_target
-        self._floor, self.shared_target = int(pc.min(table.column("seq")).as_py()) - 1, True
+        shared = self.shared_target
+        below = int(pc.min(table.column("seq")).as_py()) - 1  # handled, the caller says
+        # Not by lowering the floor: read meanwhile (a stop's mark, the live mark), a floor below
+        # copies already acknowledged would send a start that cannot see the target's tail back
+        # over them, storing them again.
+        self._unchained_floor, self.shared_target = below, True
         try:
             return self.publish_table(table)
         finally:
-            self._floor, self.shared_target = max(floor, self._floor), shared
+            self._unchained_floor, self.shared_target = None, shared
+            self.handled_up_to(below)  # as when its first row is stored, even if none was
 
     def select(self, table: pa.Table, now: float | None = None) -> tuple[pa.Table, BatchResult]:
         """The rows of `table` to publish, in seq order: above the floor and fresh enough."""
@@ -561,7 +577,7 @@ class OrderedSink:
         r.received_bytes = int(pc.sum(pc.binary_length(table.column("data"))).as_py() or 0)
         seqs = table.column("seq")
         r.last_seq = int(pc.max(seqs).as_py())
-        keep = pc.greater(seqs, self.floor)
+        keep = pc.greater(seqs, self._publish_floor)
         if self.settings.max_age_seconds is not None:
             cutoff_us = int(((now or time.time()) - self.settings.max_age_seconds) * 1e6)
             fresh = pc.greater_equal(pc.cast(table.column("timestamp"), pa.int64()), cutoff_us)
@@ -609,7 +625,7 @@ class OrderedSink:
         start, duplicates = 0, 0
         for _ in range(PUBLISH_ATTEMPTS):
             await self._look_for_another_writer(nc, by_sequence)
-            start = copies.first_above(self.floor, start)  # the ones before are in the target
+            start = copies.first_above(self._publish_floor, start)  # the ones before are in the target
             chain = None if self.shared_target else self._tail
             self._tail = None  # unknown until this attempt is settled
             outcome = await self._send(publisher, nc, copies, start, chain, by_sequence, ack_every, fast)
@@ -717,7 +733,7 @@ class OrderedSink:
             # Some copy at or before the failed ack was not stored: the target's tail says which
             # were, and the rest go again with an ack each, to show why if they fail.
             await self._tail_after_broken_chain(nc)
-            landed = bisect.bisect_right(seqs, self.floor, lo=start) - start
+            landed = bisect.bisect_right(seqs, self._publish_floor, lo=start) - start
             publisher.landed += max(0, landed - outcome.stored)  # the acks vouched for fewer
             return Settled.AGAIN_FROM_THE_TAIL_EACH_ACKED
         stored = first.index if first is not None else outcome.published

@@ -252,3 +252,48 @@ def test_nothing_is_published_once_the_sink_is_closed(
         sink.publish_rows(later, time.monotonic())
     assert sink.floor == 100 and record.read() is None
     assert copied_source_sequences(nats_server.url, "T") == list(range(1, 101))
+
+
+def test_the_floor_never_goes_below_acknowledged_copies_while_gaps_are_filled(
+    target_of_each_kind: tuple[NatsCluster, int], loop: LoopThread
+) -> None:
+    """Filling a gap publishes copies below the floor. It lowered the floor to do so, for as long
+    as the fill ran: a stop that gave up waiting for the fill, or the live copies, wrote that as
+    the mark of what the target acknowledged, and a start that cannot see the target's tail
+    (another writer buried it past the duplicate window) stored the copies above it again."""
+    nats_server, replicas = target_of_each_kind
+    run(create_stream(nats_server.url, "T", ["t.>"], num_replicas=replicas))
+    _wait_for_leader(nats_server.url, "T")
+    sink = _sink(nats_server.url, loop, "T", chain=False)
+
+    def rows(seqs: range) -> pa.Table:
+        now = time.time_ns()
+        return pa.Table.from_batches(
+            [to_record_batch("S", [RawMessage(s, "t.1", now, None, b"x") for s in seqs])]
+        )
+
+    try:
+        sink.publish_table(rows(range(1, 101)))
+        sink.publish_table(rows(range(1101, 1201)))  # copies 101-1100 missing: a gap below the floor
+        assert sink.floor == 1200
+        filling, seen = threading.Event(), []
+
+        def watch() -> None:  # as the stop's mark and the live mark read it: from another thread
+            while filling.is_set():
+                seen.append(sink.floor)
+                time.sleep(0.0005)
+
+        filling.set()
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            result = sink.fill_gaps(rows(range(101, 1101)))
+        finally:
+            filling.clear()
+            watcher.join()
+        assert result.copied == 1000 and seen and min(seen) == 1200, (min(seen), len(seen))
+        assert sink.floor == 1200
+    finally:
+        sink.close()
+    got = copied_source_sequences(nats_server.url, "T")
+    assert sorted(got) == list(range(1, 1201)) and len(got) == 1200
