@@ -6,6 +6,7 @@ clusters with R3 streams."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -132,7 +133,7 @@ def test_a_copy_refused_while_copying_live_holds_the_rest_until_the_target_takes
             "nothing after the refused copy"
         )
         # The operator raises the limit; the next retry goes on from the refused message.
-        run(update_stream(dst, StreamConfig(**{**small.as_dict(), "max_msg_size": 65536})))  # type: ignore[arg-type]
+        run(update_stream(dst, dataclasses.replace(small, max_msg_size=65536)))
         wait_handled(rep, src, "ORDERS")
         _trickle(src, 1_400, 100, rounds=5)  # and the live copies start again with the query
         wait_handled(rep, src, "ORDERS")

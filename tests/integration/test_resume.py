@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -323,7 +324,7 @@ def test_a_source_recreated_while_a_batch_waits_for_its_retry_is_refused_at_the_
         recreate_events(src, replicas)
         run(publish(src, [(f"events.{i}", json.dumps({"sender": f"n{i}", "new": 1}).encode(), None)
                           for i in range(100)]))  # fmt: skip
-        run(update_stream(dst, StreamConfig(**{**small.as_dict(), "max_msg_size": 65536})))  # type: ignore[arg-type]
+        run(update_stream(dst, dataclasses.replace(small, max_msg_size=65536)))
         wait_for(lambda: "deleted and created again" in rep.output(10**9) or run(count(dst, "EVENTS")) > 49,
                  SLOW_S, "the retry", rep)  # fmt: skip
         threading.Event().wait(3)  # a retry that copied would have copied more by now

@@ -6,6 +6,7 @@ leader, acks after replication)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -74,8 +75,8 @@ def test_a_refused_message_stops_the_copy_before_it_until_the_target_takes_it(
         assert copied_source_sequences(dst, "NARROW") == list(range(1, 2001))
 
         # The operator fixes the targets; the next retry continues from the refused message.
-        run(update_stream(dst, StreamConfig(**{**big.as_dict(), "max_msg_size": 65536})))  # type: ignore[arg-type]
-        run(update_stream(dst, StreamConfig(**{**narrow.as_dict(), "subjects": ["n.s.>"]})))  # type: ignore[arg-type]
+        run(update_stream(dst, dataclasses.replace(big, max_msg_size=65536)))
+        run(update_stream(dst, dataclasses.replace(narrow, subjects=["n.s.>"])))
         wait_for(lambda: run(count(dst, "BIG")) == 3000 and run(count(dst, "NARROW")) == 3000, SLOW_S,
                  "the copies to finish", rep)  # fmt: skip
     finally:
@@ -134,7 +135,7 @@ def _killed_after_a_gap_and_started_again(cfg: Path, dst: str) -> ReplicatorProc
 
 def allow(dst: str, cfg: StreamConfig, setting: str) -> None:
     """The target's operator allows what it refused (a test's fix of the target)."""
-    run(update_stream(dst, StreamConfig(**{**cfg.as_dict(), setting: True})))  # type: ignore[arg-type]
+    run(update_stream(dst, dataclasses.replace(cfg, **{setting: True})))
 
 
 def test_two_refused_copies_filled_in_after_a_kill_9_do_not_push_out_the_newer_copy_on_their_subject(
