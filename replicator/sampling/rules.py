@@ -56,8 +56,9 @@ class SamplingParams:
     """Advisories as JetStream publishes, acknowledged, instead of core NATS messages."""
     drop_late: bool = False
     """A sender found silent for twice inspect_ms or more (its expiry found late: the replicator
-    was down) is forgotten without a timeout or expire advisory, as Choria's replicator does with
-    old state it loads; by default it is advised at the event times it fell due."""
+    was down) is forgotten without a timeout or expire advisory, near what Choria's replicator
+    does with old state it loads (docs/configuration.md); by default it is advised at the event
+    times it fell due."""
 
 
 @dataclass(frozen=True)
