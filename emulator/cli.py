@@ -77,6 +77,9 @@ def plan(
     except ValueError as e:
         _fail(str(e))
         return
+    except OSError as e:
+        _fail(f"--out {out}: cannot write it ({e.strerror}): give the path of a file in a folder that exists")
+        return
     typer.echo(f"{s.name}: {n:,} publishes planned over {s.duration:,.0f}s", err=True)
 
 

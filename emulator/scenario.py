@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from replicator.durations import parse_duration
+from replicator.yaml_files import read_yaml
 
 
 class ScenarioError(ValueError):
@@ -242,13 +242,9 @@ def parse_scenario(data: Any) -> Scenario:
 def load_scenario(path: str | Path) -> Scenario:
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as e:
-        raise ScenarioError(f"{p}: cannot read scenario file: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ScenarioError(f"{p}: not valid YAML: {getattr(e, 'problem', e)}") from None
+        data = read_yaml(p, "scenario file")
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
     try:
         return parse_scenario(data)
     except ScenarioError as e:

@@ -15,11 +15,31 @@ from datetime import UTC, datetime, timedelta
 
 from replicator.config import Config, StreamConfig
 from replicator.election import BUCKET, election_key
+from replicator.nats.client import ReplicatorClient
 from replicator.nats.connect import open_connection
 from replicator.nats.jetstream import sequence_at_time, stream_info
 from replicator.nats.readers import read_chunks
+from replicator.nats.tls import TLSFiles
 from replicator.nats.urls import parse_nats_url
 from replicator.sampling.rules import PROTOCOL
+
+# An admin command tries each server this many times more, then says it cannot reach them:
+# max_reconnect_attempts=0 meant no limit to nats-py's first connect, so it waited for ever.
+ADMIN_CONNECT_RETRIES = 2
+
+
+async def admin_connection(url: str, tls: TLSFiles | None, name: str) -> ReplicatorClient:
+    """A connection for an admin command: one line, and no wait for ever, if no server answers."""
+    import nats.errors
+
+    try:
+        nc = await open_connection(url, tls, name=name, max_reconnect_attempts=ADMIN_CONNECT_RETRIES)
+    except nats.errors.NoServersError:
+        raise RuntimeError(
+            f"cannot reach a NATS server at {parse_nats_url(url).redacted()}: start it, or give its URL"
+        ) from None
+    nc.options["max_reconnect_attempts"] = -1  # once connected, `--follow` outlives a server's restart
+    return nc
 
 
 @dataclass(frozen=True)
@@ -67,7 +87,7 @@ async def _election_state(s: StreamConfig, label: str, key: str) -> ElectionStat
     from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
     candidate = s.leader_election_name or ""
-    nc = await open_connection(s.source_url, s.source_tls, name="sr-admin-election", max_reconnect_attempts=0)
+    nc = await admin_connection(s.source_url, s.source_tls, "sr-admin-election")
     try:
         js = nc.jetstream()
         try:
@@ -135,7 +155,7 @@ async def stored_advisories(
 ) -> AsyncIterator[str]:
     """Lines for the advisories in `stream` stored within `since` (about `value` if given):
     first a line saying how many messages are searched; with `follow`, new ones as they come."""
-    nc = await open_connection(url, name="sr-admin-advisories", max_reconnect_attempts=0)
+    nc = await admin_connection(url, None, "sr-admin-advisories")
     try:
         info = await stream_info(nc, stream)
         if info is None:

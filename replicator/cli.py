@@ -89,7 +89,11 @@ def run(
     from replicator.spark.early_jvm import EarlyJvm
     from replicator.spark.session_args import resolve_master, session_args
 
-    setup_logging(cfg.loglevel, cfg.logfile, cfg.log_format)
+    try:
+        setup_logging(cfg.loglevel, cfg.logfile, cfg.log_format)
+    except OSError as e:
+        _fail(f"logfile {cfg.logfile}: cannot open it ({e.strerror}): fix its permissions or choose another")
+        return
     for line in cfg.notices():
         logging.getLogger("replicator.config").warning("%s", line)
     # Spark's JVM starts now, beside the rest of the replicator's imports and set-up.

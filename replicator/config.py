@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -21,6 +20,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -35,6 +35,8 @@ from replicator.defaults import (
 from replicator.durations import parse_duration
 from replicator.election import election_key
 from replicator.nats.tls import TLSFiles
+from replicator.subjects import subject_problem
+from replicator.yaml_files import read_yaml
 
 
 class ConfigError(ValueError):
@@ -67,8 +69,10 @@ class AdvisoryConfig(_Strict):
     @field_validator("subject")
     @classmethod
     def _subject(cls, v: str) -> str:
-        if not v or " " in v:
-            raise ValueError("must be a NATS subject; %s is replaced by the event, %v by the value")
+        if problem := subject_problem(v):
+            raise ValueError(
+                f"{v!r} {problem}: give a NATS subject; %s is replaced by the event, %v by the value"
+            )
         return v
 
 
@@ -98,10 +102,8 @@ class HeartbeatSubject(_Strict):
     @field_validator("subject")
     @classmethod
     def _subject(cls, v: str) -> str:
-        if not v or " " in v or "*" in v.split(".") or ">" in v.split("."):
-            raise ValueError(
-                f"{v!r} must be a NATS subject without wildcards, e.g. choria.node_metadata._monitor"
-            )
+        if problem := subject_problem(v):
+            raise ValueError(f"{v!r} {problem}: give a NATS subject, e.g. choria.node_metadata._monitor")
         return v
 
 
@@ -213,9 +215,31 @@ class StreamConfig(_Strict):
 
     @field_validator("stream", "target_stream")
     @classmethod
-    def _stream_name(cls, v: str) -> str:
+    def _stream_name(cls, v: str, info: ValidationInfo) -> str:
+        if not v and info.field_name == "stream":
+            raise ValueError("give the name of the source stream to copy")
         if v and not _NAME.match(v):
             raise ValueError(f"{v!r} is not a valid stream name (letters, digits, - and _ only)")
+        return v
+
+    @field_validator("filter_subject", "target_subject_prefix")
+    @classmethod
+    def _subject(cls, v: str, info: ValidationInfo) -> str:
+        filtering = info.field_name == "filter_subject"
+        if v and (problem := subject_problem(v, wildcards=filtering)):
+            example = "NODE_DATA.> or NODE_DATA.*.facts" if filtering else "FLEET_NODES"
+            raise ValueError(
+                f"{v!r} {problem}: give a NATS subject{' filter' if filtering else ''}, e.g. {example}"
+            )
+        return v
+
+    @field_validator("target_subject_remove")
+    @classmethod
+    def _removed(cls, v: str) -> str:
+        if any(c.isspace() for c in v):
+            raise ValueError(
+                f"{v!r} holds whitespace, which no subject has: give the text to remove from subjects"
+            )
         return v
 
     @field_validator("name")
@@ -414,6 +438,15 @@ class Config(_Strict):
             ) from None
         return v
 
+    @field_validator("logfile")
+    @classmethod
+    def _logfile(cls, v: str) -> str:
+        if v and Path(v).is_dir():
+            raise ValueError(f"{v!r} is a directory: give the path of a file to log to")
+        if v and not Path(v).parent.is_dir():
+            raise ValueError(f"{v!r}: its folder does not exist: create it, or log to a file in another")
+        return v
+
     @field_validator("checkpoint_store")
     @classmethod
     def _checkpoint_store(cls, v: str) -> str:
@@ -457,6 +490,12 @@ class Config(_Strict):
                 s.name = self.name
             if not s.target_stream:
                 s.target_stream = s.stream
+            if s.target_stream == s.stream and s.target_url.strip() == s.source_url.strip():
+                raise ValueError(
+                    f"entry {s.name!r} would copy stream {s.stream!r} into itself (the same source_url and "
+                    "target_url, and target_stream the same): point target_url at the other cluster, or "
+                    "set target_stream to another stream"
+                )
             if s.tls is None:
                 s.tls = self.tls
             if s.source_tls is None:
@@ -527,14 +566,7 @@ def parse_config(data: Any, base_dir: Path | None = None) -> Config:
 def load_config(path: str | Path) -> Config:
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read config file: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f": line {mark.line + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or getattr(e, "reason", None) or str(e)
-        raise ConfigError(f"{p}{where}: not valid YAML: {' '.join(str(problem).split())}") from None
+        data = read_yaml(p, "config file")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     return parse_config(data, base_dir=p.resolve().parent)

@@ -51,4 +51,6 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
         pos = match.end()
     if pos != len(s):
         raise ValueError(f"invalid duration {text!r}: {_HINT}")
+    if total > _MAX_SECONDS:  # and timedelta holds at most 999,999,999 days
+        raise ValueError(f"invalid duration {text!r}: give at most a century (100Y)")
     return timedelta(seconds=total)

@@ -22,6 +22,26 @@ def rewrite_subject(subject: str, prefix: str = "", remove: str = "") -> str:
     return out
 
 
+def subject_problem(subject: str, wildcards: bool = False) -> str | None:
+    """Why `subject` is not a NATS subject (a subscription's filter when `wildcards`), or None.
+
+    >>> subject_problem("a..b"), subject_problem("a.>", wildcards=True), subject_problem("a.>")
+    ('has an empty token (a leading, trailing or doubled dot)', None, 'holds a wildcard (* or >), which nothing can publish to')
+    """
+    if not subject:
+        return "is empty"
+    if any(c.isspace() for c in subject):
+        return "holds whitespace"
+    tokens = subject.split(".")
+    if "" in tokens:
+        return "has an empty token (a leading, trailing or doubled dot)"
+    if not wildcards and ("*" in tokens or ">" in tokens):
+        return "holds a wildcard (* or >), which nothing can publish to"
+    if ">" in tokens[:-1]:
+        return "has > before its last token (> stands for the rest of the subject)"
+    return None
+
+
 def subject_matches(subject: str, pattern: str) -> bool:
     """Whether `subject` is one of the subjects NATS's `pattern` (`*` one token, `>` the rest)
     covers.

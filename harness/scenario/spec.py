@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -20,6 +19,7 @@ from pydantic import (
 
 from emulator.scenario import Scenario, ScenarioError, Seconds, parse_scenario
 from replicator.sampling.rules import Event
+from replicator.yaml_files import read_yaml
 
 
 class _Strict(BaseModel):
@@ -320,11 +320,9 @@ class ScenarioSpec(_Strict):
 def load_spec(path: str | Path) -> ScenarioSpec:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise ScenarioError(f"{p}: cannot read scenario file: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ScenarioError(f"{p}: not valid YAML: {getattr(e, 'problem', e)}") from None
+        data = read_yaml(p, "scenario file")
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
     try:
         scenario = parse_scenario(data)
     except ScenarioError as e:

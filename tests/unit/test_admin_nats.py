@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
-from replicator.admin_nats import ElectionState, format_election, parse_advisory
+import pytest
+
+from replicator.admin_nats import ElectionState, admin_connection, format_election, parse_advisory
 from replicator.sampling.rules import PROTOCOL
 
 
@@ -32,3 +35,12 @@ def test_stored_advisories_print_as_the_go_original_does_and_other_messages_are_
     assert parse_advisory(b"not json") is None
     assert parse_advisory(b'{"protocol": "io.choria.other"}') is None
     assert parse_advisory(json.dumps({**doc, "timestamp": "soon"}).encode()) is None
+
+
+def test_an_admin_command_says_in_one_line_that_no_server_answers_instead_of_waiting_for_ever() -> None:
+    """`admin advisories` and `admin election` retried the first connect for ever, printing the
+    same error every 30 s (found by a review): nats-py takes max_reconnect_attempts=0 as no limit.
+    Nothing listens on port 1; the wait_for only turns a regression into a failure."""
+    with pytest.raises(RuntimeError) as failed:
+        asyncio.run(asyncio.wait_for(admin_connection("nats://127.0.0.1:1", None, "sr-test"), 120))
+    assert str(failed.value) == "cannot reach a NATS server at nats://127.0.0.1:1: start it, or give its URL"

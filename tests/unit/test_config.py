@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from replicator.config import ConfigError, parse_config
+from replicator.config import ConfigError, load_config, parse_config
 from replicator.election import election_key
 
 BASE = {"name": "dc1", "streams": [{"stream": "S", "source_url": "nats://a", "target_url": "nats://b"}]}
@@ -295,3 +295,75 @@ def test_copy_live_is_unset_by_default_and_refused_only_when_asked_for_where_it_
     assert parse_config({**BASE, "streams": [{**BASE["streams"][0], "copy_live": True}]}).streams[0].copy_live
     with pytest.raises(ConfigError, match=rf"copy_live does not combine with {refused}: remove copy_live"):
         parse_config({**BASE, "streams": [{**BASE["streams"][0], "copy_live": True, **more}]})
+
+
+@pytest.mark.parametrize(
+    ("over", "error"),
+    [
+        ({"stream": ""}, "streams[0].stream: give the name of the source stream"),
+        ({"filter_subject": "foo bar"}, "streams[0].filter_subject: 'foo bar' holds whitespace"),
+        ({"filter_subject": "a..b"}, "streams[0].filter_subject: 'a..b' has an empty token"),
+        ({"filter_subject": "a.>.b"}, "streams[0].filter_subject: 'a.>.b' has > before its last token"),
+        ({"target_subject_prefix": "A.*"}, "streams[0].target_subject_prefix: 'A.*' holds a wildcard"),
+        ({"target_subject_prefix": "A."}, "streams[0].target_subject_prefix: 'A.' has an empty token"),
+        ({"target_subject_remove": "a\tb"}, "streams[0].target_subject_remove: 'a\\tb' holds whitespace"),
+        (
+            {"inspect_field": "sender", "inspect_duration": "1h", "advisory": {"subject": "adv.>"}},
+            "streams[0].advisory.subject: 'adv.>' holds a wildcard",
+        ),
+        (
+            {"inspect_field": "sender", "inspect_duration": "99999999999h"},
+            "streams[0].inspect_duration: invalid",
+        ),
+        ({"target_url": "nats://a:4222"}, "config: entry 'dc1' would copy stream 'S' into itself"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_key_and_what_to_give(over: dict[str, object], error: str) -> None:
+    """Found by a review as a user would try them: each was accepted (an entry copying a stream
+    into itself, subjects NATS would refuse or read otherwise) or crashed with a traceback (a
+    duration too large for Python's timedelta)."""
+    with pytest.raises(ConfigError) as failed:
+        parse_config({"name": "dc1", "streams": [_entry(**over)]})
+    message = str(failed.value)
+    assert message.startswith(error) and "\n" not in message, message
+
+
+def test_the_same_stream_in_the_same_cluster_is_a_copy_only_under_another_name() -> None:
+    cfg = parse_config(
+        {"name": "dc1", "streams": [_entry(target_url="nats://a:4222", target_stream="S_COPY")]}
+    )
+    assert cfg.streams[0].target_stream == "S_COPY"
+    cfg = parse_config(
+        {"name": "dc1", "streams": [_entry(filter_subject="S.*.facts", target_subject_prefix="DC1")]}
+    )
+    assert cfg.streams[0].filter_subject == "S.*.facts"
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        (b"name: sr\xff\n", "not UTF-8 text (byte 8): save the file as UTF-8"),
+        (
+            b"name: sr\nstate_store: 2024-02-30\n",
+            "a value YAML cannot read (day is out of range for month): quote it",
+        ),
+        (b"name: sr\nmonitor_port: !!int abc\n", "a value YAML cannot read"),
+    ],
+)
+def test_a_file_yaml_cannot_read_is_one_line(tmp_path: Path, content: bytes, error: str) -> None:
+    path = tmp_path / "sr.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as failed:
+        load_config(path)
+    message = str(failed.value)
+    assert message.startswith(f"{path}: {error}") and "\n" not in message, message
+
+
+def test_a_logfile_that_cannot_be_a_file_is_refused_as_the_config_is_read(tmp_path: Path) -> None:
+    for logfile, error in [
+        (tmp_path, "is a directory: give the path of a file"),
+        (tmp_path / "missing" / "sr.log", "its folder does not exist"),
+    ]:
+        with pytest.raises(ConfigError, match=error):
+            parse_config({**BASE, "logfile": str(logfile)})
+    assert parse_config({**BASE, "logfile": str(tmp_path / "sr.log")}).logfile == str(tmp_path / "sr.log")

@@ -31,3 +31,12 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_durations(bad: str) -> None:
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration(bad)
+
+
+@pytest.mark.parametrize("huge", ["99999999999h", "1000000000d", "101Y", 3153600001])
+def test_durations_past_a_century_are_refused_not_overflowed(huge: str | int) -> None:
+    """A string was never capped: past timedelta's range it raised OverflowError, a traceback in
+    `validate`, the emulator and the harness (found by a review)."""
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(huge)
+    assert parse_duration("100Y") == timedelta(days=36500)

@@ -45,7 +45,7 @@ def test_bad_scenarios_are_one_line_errors_naming_the_key(data: Any, message: st
 def test_load_scenario_names_the_file(tmp_path: Path) -> None:
     p = tmp_path / "s.yaml"
     p.write_text("name: x\nduration: 1h\nfleet: {nodes: [}\n")
-    with pytest.raises(ScenarioError, match=r"s.yaml: not valid YAML"):
+    with pytest.raises(ScenarioError, match=r"s.yaml: line 3: not valid YAML"):
         load_scenario(p)
     with pytest.raises(ScenarioError, match="cannot read scenario file"):
         load_scenario(tmp_path / "missing.yaml")
