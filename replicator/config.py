@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    StrictInt,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -153,7 +154,7 @@ class StreamConfig(_Strict):
     target_subject_prefix: str = ""
     target_subject_remove: str = ""
     filter_subject: str = ""
-    start_sequence: int = Field(default=0, ge=0)
+    start_sequence: StrictInt = Field(default=0, ge=0, le=2**64 - 1)
     start_time: datetime | None = None
     start_delta: Duration | None = None
     start_at_end: bool = False
@@ -165,7 +166,7 @@ class StreamConfig(_Strict):
     # Sampling and advisories (docs/configuration.md).
     inspect_field: str = ""
     inspect_header: str = ""
-    inspect_subject_token: int = 0
+    inspect_subject_token: StrictInt = 0
     inspect_duration: Duration | None = None
     warn_duration: Duration | None = None
     size_trigger: float = Field(default=0, ge=0)
@@ -188,14 +189,14 @@ class StreamConfig(_Strict):
     # even when a publish fails mid-batch. Off for targets others write to (found out anyway).
     chain_copies: bool = True
     # Rows per micro-batch while backlogged (defaults in replicator.options).
-    batch_max_messages: int | None = Field(default=None, ge=1, le=1_000_000)
+    batch_max_messages: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
     # Message bytes per micro-batch while backlogged (rows capped by it over the mean size).
-    batch_max_bytes: int = Field(default=DEFAULT_BATCH_BYTES, ge=1 << 20, le=1 << 30)
+    batch_max_bytes: StrictInt = Field(default=DEFAULT_BATCH_BYTES, ge=1 << 20, le=1 << 30)
     # Senders are hashed into this many buckets of Spark state; fixed once a checkpoint exists.
-    sampling_buckets: int = Field(default=DEFAULT_SAMPLING_BUCKETS, ge=1, le=4096)
+    sampling_buckets: StrictInt = Field(default=DEFAULT_SAMPLING_BUCKETS, ge=1, le=4096)
     # Shuffle partitions of the sampled query (tasks that hold the buckets' state); fixed in the
     # checkpoint at its first batch. Default: one per 16 buckets.
-    sampling_partitions: int | None = Field(default=None, ge=1, le=4096)
+    sampling_partitions: StrictInt | None = Field(default=None, ge=1, le=4096)
     # `stream`: copies in the source's order, published by the driver. `subject`: each subject's
     # copies in order, published by Spark's tasks in `lanes` (replicator.spark.lanes).
     order: Literal["stream", "subject"] = "stream"
@@ -211,7 +212,7 @@ class StreamConfig(_Strict):
     # Unset: on wherever it applies while Spark runs embedded (session_args.copies_live); `true`
     # is refused where it cannot apply; `false` leaves every copy to the query.
     copy_live: bool | None = None
-    lanes: int = Field(default=4, ge=1, le=1024)
+    lanes: StrictInt = Field(default=4, ge=1, le=1024)
 
     @field_validator("stream", "target_stream")
     @classmethod
@@ -330,12 +331,19 @@ class StreamConfig(_Strict):
                         "or inspect_subject_token"
                     )
             if self.size_trigger:
-                raise ValueError("size_trigger needs an inspection mode: set inspect_field, ...")
+                raise ValueError(
+                    "size_trigger needs an inspection mode: set inspect_field, inspect_header or inspect_subject_token"
+                )
         if self.inspect_duration is not None:
             if self.inspect_duration <= timedelta(0):
                 raise ValueError("inspect_duration must be positive")
             if self.warn_duration is None:
                 self.warn_duration = self.inspect_duration / 2
+            elif self.warn_duration <= timedelta(0):
+                raise ValueError(
+                    "warn_duration must be more than 0 (every sender would be advised timeout at once): "
+                    "give it, e.g. half of inspect_duration, or leave it out for that default"
+                )
             elif self.warn_duration >= self.inspect_duration:
                 raise ValueError("warn_duration must be shorter than inspect_duration")
         if self.order == "subject":
@@ -410,7 +418,7 @@ class Config(_Strict):
     # Extension: where Spark checkpoints go instead of state_store, as a Hadoop URI
     # (s3a://bucket/prefix): reached by every executor of a Spark cluster (replicator.spark.checkpoint).
     checkpoint_store: str = ""
-    monitor_port: int = Field(default=0, ge=0, le=65535)
+    monitor_port: StrictInt = Field(default=0, ge=0, le=65535)
     # Extension: the address monitor_port listens on (0.0.0.0: every interface, as Choria's).
     monitor_address: str = "0.0.0.0"
     loglevel: Literal["debug", "info", "warn", "warning", "error"] = "info"

@@ -8,6 +8,24 @@ from typing import Any
 import yaml
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, but a key given twice in one mapping is an error: YAML keeps the last,
+    and a second `stream:` (a paste, a typo) would silently replace the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in one mapping: keep one", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: Path, what: str) -> Any:
     """The document in `path` (`what`: "config file", "scenario file"), or ValueError with one
     line that names the file, the problem and the fix."""
@@ -18,7 +36,7 @@ def read_yaml(path: Path, what: str) -> Any:
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text (byte {e.start}): save the file as UTF-8") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f": line {mark.line + 1}" if mark else ""

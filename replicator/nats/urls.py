@@ -14,7 +14,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from replicator.durations import parse_duration
 
 _KNOWN = {"credentials", "jwt", "nkey", "connect_timeout", "insecure", "tls_handshake_first"}
-_TRUE = ("1", "true", "yes", "")
+_TRUE = ("1", "true", "yes", "")  # `?insecure` alone: true
+_FALSE = ("0", "false", "no")
 _SCHEMES = {"nats", "tls", "ws", "wss"}
 
 
@@ -60,6 +61,10 @@ def parse_nats_url(url: str) -> NatsURL:
             raise ValueError(f"bad port in {part!r}: use nats://host:4222") from None
         if not sp.hostname:
             raise ValueError(f"no host in {part!r}: use nats://host:4222")
+        if any(c.isspace() for c in part):
+            raise ValueError(
+                f"whitespace in {part!r}: use nats://host:4222 (several: comma separated, no spaces)"
+            )
         if sp.username and user is None:
             user = unquote(sp.username)
             password = unquote(sp.password) if sp.password else None
@@ -86,7 +91,9 @@ def parse_nats_url(url: str) -> NatsURL:
             raise ValueError(
                 f"connect_timeout={params['connect_timeout']!r} is not a duration: use 2s, 1500ms or 5"
             ) from None
-    insecure = params.get("insecure", "false").lower() in _TRUE
+        if timeout <= 0:
+            raise ValueError(f"connect_timeout={params['connect_timeout']!r}: give more than 0, e.g. 2s")
+    insecure = _flag(params, "insecure")
     return NatsURL(
         servers=servers,
         user=user,
@@ -96,5 +103,14 @@ def parse_nats_url(url: str) -> NatsURL:
         nkey=params.get("nkey") or None,
         connect_timeout=timeout,
         insecure=insecure,
-        tls_handshake_first=params.get("tls_handshake_first", "false").lower() in _TRUE,
+        tls_handshake_first=_flag(params, "tls_handshake_first"),
     )
+
+
+def _flag(params: dict[str, str], name: str) -> bool:
+    value = params.get(name, "false").lower()
+    if value not in _TRUE and value not in _FALSE:
+        raise ValueError(
+            f"{name}={params[name]!r} is neither true nor false: give {name}=true or {name}=false"
+        )
+    return value in _TRUE

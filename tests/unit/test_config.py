@@ -9,6 +9,7 @@ import pytest
 
 from replicator.config import ConfigError, load_config, parse_config
 from replicator.election import election_key
+from replicator.yaml_files import read_yaml
 
 BASE = {"name": "dc1", "streams": [{"stream": "S", "source_url": "nats://a", "target_url": "nats://b"}]}
 
@@ -316,6 +317,12 @@ def test_copy_live_is_unset_by_default_and_refused_only_when_asked_for_where_it_
             "streams[0].inspect_duration: invalid",
         ),
         ({"target_url": "nats://a:4222"}, "config: entry 'dc1' would copy stream 'S' into itself"),
+        ({"start_sequence": True}, "streams[0].start_sequence: Input should be a valid integer"),
+        ({"start_sequence": 2**64}, "streams[0].start_sequence: Input should be less than or equal to"),
+        (
+            {"inspect_field": "sender", "inspect_duration": "1h", "warn_duration": "0s"},
+            "streams[0]: warn_duration must be more than 0",
+        ),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_key_and_what_to_give(over: dict[str, object], error: str) -> None:
@@ -367,3 +374,23 @@ def test_a_logfile_that_cannot_be_a_file_is_refused_as_the_config_is_read(tmp_pa
         with pytest.raises(ConfigError, match=error):
             parse_config({**BASE, "logfile": str(logfile)})
     assert parse_config({**BASE, "logfile": str(tmp_path / "sr.log")}).logfile == str(tmp_path / "sr.log")
+
+
+def test_a_key_given_twice_is_refused_not_the_last_one_kept(tmp_path: Path) -> None:
+    """YAML keeps the last of two equal keys: a second `stream:` replaced the first, silently."""
+    path = tmp_path / "sr.yaml"
+    path.write_text("name: dc1\nstreams:\n  - stream: REG\n    stream: OTHER\n    source_url: nats://a\n"
+                    "    target_url: nats://b\n")  # fmt: skip
+    with pytest.raises(ConfigError) as failed:
+        load_config(path)
+    assert (
+        str(failed.value)
+        == f"{path}: line 4: not valid YAML: key 'stream' is given twice in one mapping: keep one"
+    )
+    path.write_text("base: &b {x: 1, y: 2}\nother: {<<: *b, y: 3}\n")  # a merge's keys may be overridden
+    assert read_yaml(path, "config file")["other"] == {"x": 1, "y": 3}
+
+
+def test_true_is_not_taken_for_a_number() -> None:
+    with pytest.raises(ConfigError, match="monitor_port: Input should be a valid integer"):
+        parse_config({**BASE, "monitor_port": True})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from replicator.nats.connect import connect_options
@@ -30,3 +32,22 @@ def test_urls() -> None:
     ]:
         with pytest.raises(ValueError, match=msg):
             parse_nats_url(bad)
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("nats://src :4222", "whitespace in 'nats://src :4222'"),
+        ("nats://a?insecure=maybe", "insecure='maybe' is neither true nor false"),
+        ("nats://a?tls_handshake_first=ture", "tls_handshake_first='ture' is neither true nor false"),
+        ("nats://a?connect_timeout=0", "connect_timeout='0': give more than 0"),
+    ],
+)
+def test_a_url_that_would_be_read_otherwise_than_meant_is_refused(url: str, error: str) -> None:
+    """Each was accepted (found by a review): a misspelt flag read as false, a host with a space
+    retried for ever, a connect_timeout of 0."""
+    with pytest.raises(ValueError, match=re.escape(error)):
+        parse_nats_url(url)
+    assert (
+        parse_nats_url("nats://a?insecure").insecure and not parse_nats_url("nats://a?insecure=no").insecure
+    )
