@@ -14,6 +14,7 @@ from pydantic import (
     StringConstraints,
     TypeAdapter,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -99,9 +100,26 @@ class Expect(_Strict):
     """Bounds of published / copied."""
     copies: Literal["exact"] = "exact"
     advisories: Literal["exact"] | dict[Event, int] = "exact"
+
+    @field_validator("copy_ratio")
+    @classmethod
+    def _ratio(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not 0 < v[0] <= v[1]:
+            raise ValueError(f"{list(v)}: give [lowest, highest], each above 0, e.g. [6, 12]")
+        return v
+
     """exact: every advisory the rules give, no other; or counts per event."""
     events: dict[Event, tuple[int, int]] = Field(default_factory=dict)
     """Bounds on the number of advisories of each event (what the scenario is about)."""
+
+    @field_validator("events")
+    @classmethod
+    def _bounds(cls, v: dict[Event, tuple[int, int]]) -> dict[Event, tuple[int, int]]:
+        for event, (lo, hi) in v.items():
+            if not 0 <= lo <= hi:
+                raise ValueError(f"{event}: [{lo}, {hi}]: give [fewest, most], from 0 up, e.g. [1, 5]")
+        return v
+
     max_final_lag: int = 0
     max_lag: int | None = None
     """Messages the replicator may fall behind at most, in any second of the run."""
@@ -185,7 +203,27 @@ class ScenarioSpec(_Strict):
     def _check(self) -> ScenarioSpec:
         if self.topology.clusters is not None:
             self._check_tree()
-            return self
+        else:
+            self._check_one_hop()
+        self._check_entries()
+        return self
+
+    def _check_entries(self) -> None:
+        """Each replicator's config as the replicator reads it: a value it refuses is refused
+        here, before servers start, not after a run's set-up."""
+        from replicator.config import ConfigError, parse_config
+
+        for p in self.processes():
+            entries = [
+                h.entry(f"nats://{h.source}:4222", f"nats://{h.target}:4222", self.scenario.speedup)
+                for h in p.streams
+            ]
+            try:
+                parse_config({"name": p.name, "streams": entries})
+            except ConfigError as e:
+                raise ValueError(f"{p.name}'s config, as the replicator reads it: {e}") from None
+
+    def _check_one_hop(self) -> None:
         if self.replicators:
             raise ValueError("replicators: needs topology.clusters to name the clusters they join")
         r = self.replicator
@@ -194,7 +232,6 @@ class ScenarioSpec(_Strict):
         for o in r.down:
             if o.at + o.duration > self.scenario.duration:
                 raise ValueError("replicator.down: an outage must end within the scenario duration")
-        return self
 
     def _check_tree(self) -> None:
         clusters = self.topology.clusters or {}

@@ -37,6 +37,14 @@ def test_shipped_scenarios_validate(path: Path) -> None:
             "replicator: {inspect_field: s, inspect_duration: 1h, down: [{at: 50m, duration: 1h}]}",
             "must end within",
         ),
+        # Each reached a full run before (servers and replicators started), found by a review:
+        (
+            "replicator: {inspect_field: s, inspect_duration: 1h, warn_duration: 2h}",
+            "sr_s's config, as the replicator reads it: streams[0]: warn_duration must be shorter",
+        ),
+        ("replicator: {inspect_field: s, inspect_duration: 1h, size_trigger: -1}", "streams[0].size_trigger"),
+        ("expect: {copy_ratio: [12, 6]}", "expect.copy_ratio: [12.0, 6.0]: give [lowest, highest]"),
+        ("expect: {events: {new: [5, 1]}}", "expect.events: new: [5, 1]: give [fewest, most]"),
     ],
 )
 def test_bad_scenario_files(tmp_path: Path, extra: str, message: str) -> None:
