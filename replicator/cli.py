@@ -92,7 +92,9 @@ def run(
     try:
         setup_logging(cfg.loglevel, cfg.logfile, cfg.log_format)
     except OSError as e:
-        _fail(f"logfile {cfg.logfile}: cannot open it ({e.strerror}): fix its permissions or choose another")
+        _fail(
+            f"logfile {cfg.logfile}: cannot open it ({e.strerror}): create its folder, fix its permissions, or choose another file"
+        )
         return
     for line in cfg.notices():
         logging.getLogger("replicator.config").warning("%s", line)

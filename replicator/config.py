@@ -446,15 +446,6 @@ class Config(_Strict):
             ) from None
         return v
 
-    @field_validator("logfile")
-    @classmethod
-    def _logfile(cls, v: str) -> str:
-        if v and Path(v).is_dir():
-            raise ValueError(f"{v!r} is a directory: give the path of a file to log to")
-        if v and not Path(v).parent.is_dir():
-            raise ValueError(f"{v!r}: its folder does not exist: create it, or log to a file in another")
-        return v
-
     @field_validator("checkpoint_store")
     @classmethod
     def _checkpoint_store(cls, v: str) -> str:
@@ -498,18 +489,18 @@ class Config(_Strict):
                 s.name = self.name
             if not s.target_stream:
                 s.target_stream = s.stream
-            if s.target_stream == s.stream and s.target_url.strip() == s.source_url.strip():
-                raise ValueError(
-                    f"entry {s.name!r} would copy stream {s.stream!r} into itself (the same source_url and "
-                    "target_url, and target_stream the same): point target_url at the other cluster, or "
-                    "set target_stream to another stream"
-                )
             if s.tls is None:
                 s.tls = self.tls
             if s.source_tls is None:
                 s.source_tls = s.tls
             if s.target_tls is None:
                 s.target_tls = s.tls
+            if _copies_into_itself(s):
+                raise ValueError(
+                    f"entry {s.name!r} would copy stream {s.stream!r} into itself (the same source_url and "
+                    "target_url, TLS and target_stream, and its copies keep their subjects): point target_url "
+                    "at the other cluster, or set target_stream to another stream"
+                )
             key = (s.stream, s.name)
             if key in seen:
                 raise ValueError(
@@ -533,6 +524,19 @@ class Config(_Strict):
                 return s
         known = ", ".join(sorted({s.name for s in self.streams}))
         raise ConfigError(f"--stream {name!r} is not configured: choose one of {known}")
+
+
+def _copies_into_itself(s: StreamConfig) -> bool:
+    """Whether an entry's copies land in the stream it reads, where it would read them again: the
+    same URL (and so the same user) and TLS (a certificate may map another account), the same
+    stream, and subjects left as they are (a prefix may put the copies outside what it reads)."""
+    return (
+        s.target_stream == s.stream
+        and s.target_url.strip() == s.source_url.strip()
+        and s.target_tls == s.source_tls
+        and not s.target_subject_prefix
+        and not s.target_subject_remove
+    )
 
 
 def _location(loc: tuple[int | str, ...]) -> str:

@@ -10,20 +10,26 @@ import yaml
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """yaml.safe_load, but a key given twice in one mapping is an error: YAML keeps the last,
-    and a second `stream:` (a paste, a typo) would silently replace the first."""
+    and a second `stream:` (a paste, a typo) would silently replace the first. Checked as each
+    mapping is composed, as written: merges (`<<: *base`) are applied later, and their keys may
+    be overridden."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
+    def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
+        node: yaml.MappingNode = super().compose_mapping_node(anchor)
+        seen: set[tuple[str, str]] = set()
         for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str | int | float | bool) and key in seen:
+            key = (key_node.tag, key_node.value)
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice in one mapping: keep one", key_node.start_mark
+                    None,
+                    None,
+                    f"key {key_node.value!r} is given twice in one mapping: keep one",
+                    key_node.start_mark,
                 )
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        return node
 
 
 def read_yaml(path: Path, what: str) -> Any:

@@ -14,8 +14,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from replicator.durations import parse_duration
 
 _KNOWN = {"credentials", "jwt", "nkey", "connect_timeout", "insecure", "tls_handshake_first"}
-_TRUE = ("1", "true", "yes", "")  # `?insecure` alone: true
-_FALSE = ("0", "false", "no")
+# Go's strconv.ParseBool spellings (Choria's), lower-cased; `yes` and `?insecure` alone have
+# always been true here (Go ignores them: false).
+_TRUE = ("1", "t", "true", "yes", "")
+_FALSE = ("0", "f", "false", "no")
 _SCHEMES = {"nats", "tls", "ws", "wss"}
 
 

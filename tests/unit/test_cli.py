@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_version_names_the_project_spark_nats_py_and_java() -> None:
@@ -16,3 +17,31 @@ def test_version_names_the_project_spark_nats_py_and_java() -> None:
     assert [line.split(" ")[0] for line in lines] == ["stream-replicator", "pyspark", "nats-py", "java"]
     assert re.match(r"stream-replicator \d+\.\d+\.\d+$", lines[0])
     assert re.match(r"java \d+", lines[3]), lines[3]
+
+
+def test_run_with_a_logfile_it_cannot_open_says_so_in_one_line(tmp_path: Path) -> None:
+    """It was a traceback (found by a review). Checked at `run`, not as the config is read: the
+    folder may exist only on the server the config is for, and `validate` runs elsewhere too."""
+    cfg = tmp_path / "sr.yaml"
+    cfg.write_text(
+        f"name: dc1\nlogfile: {tmp_path / 'missing' / 'sr.log'}\n"
+        "streams: [{stream: S, source_url: 'nats://127.0.0.1:1', target_url: 'nats://127.0.0.1:2'}]\n"
+    )
+    checked = subprocess.run(
+        [sys.executable, "-m", "replicator.cli", "validate", "-c", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert checked.returncode == 0, checked.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "replicator.cli", "run", "-c", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert (
+        "sr.log: cannot open it (No such file or directory): create its folder, fix its permissions, or choose another file"
+        in r.stderr
+    )

@@ -51,3 +51,7 @@ def test_a_url_that_would_be_read_otherwise_than_meant_is_refused(url: str, erro
     assert (
         parse_nats_url("nats://a?insecure").insecure and not parse_nats_url("nats://a?insecure=no").insecure
     )
+    # Go's strconv.ParseBool spellings, as Choria's reads them
+    assert (
+        parse_nats_url("nats://a?insecure=T").insecure and not parse_nats_url("nats://a?insecure=f").insecure
+    )
