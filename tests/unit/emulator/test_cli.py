@@ -1,0 +1,21 @@
+"""The emulator's command line without a server: bad arguments are one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_plan_out_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    """`plan --out` naming a directory was a traceback (found by a review)."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nduration: 10m\nfleet: {nodes: 10}\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "emulator.cli", "plan", "-s", str(scenario), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"--out {tmp_path}: cannot write it (Is a directory): give the path of a file" in r.stderr
