@@ -68,13 +68,16 @@ def plan(
     from emulator.planlog import write_plan
 
     s = _load(scenario, seed, speedup, duration)
+    part = _shard(shard, data_centre)
     try:
         if out is None:
-            n = write_plan(s, _shard(shard, data_centre), sys.stdout)
+            n = write_plan(s, part, sys.stdout)
         else:
             with out.open("w") as f:
-                n = write_plan(s, _shard(shard, data_centre), f)
+                n = write_plan(s, part, f)
     except ValueError as e:
+        if out is not None:
+            out.unlink(missing_ok=True)  # a partial plan would pass for the whole one
         _fail(str(e))
         return
     except OSError as e:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from replicator.durations import parse_duration
+from replicator.subjects import subject_problem
 from replicator.yaml_files import read_yaml
 
 
@@ -75,6 +76,15 @@ class Fleet(_Strict):
             )
         if len(set(self.data_centres)) != len(self.data_centres):
             raise ValueError("data_centres must not repeat a name")
+        for dc in self.data_centres:
+            # Each node publishes to the subject with its identity (node1.<dc>.<domain>) in it.
+            subject = self.subject.replace("{identity}", f"node1.{dc}.{self.domain}")
+            problem = subject_problem(subject)
+            if problem:
+                raise ValueError(
+                    f"subject {self.subject!r} with data centre {dc!r} and domain {self.domain!r} gives "
+                    f"{subject!r}, which {problem}: use names without spaces, dots at the ends or wildcards"
+                )
         return self
 
 
@@ -165,7 +175,7 @@ EVENT_TYPES = ("down", "partition", "flap", "retire", "join", "metadata", "force
 class Scenario(_Strict):
     name: str
     description: str = ""
-    seed: int = 1
+    seed: int = Field(default=1, ge=0, le=2**64 - 1)
     speedup: float = Field(default=1.0, gt=0)
     """Divides every interval and duration: 60 runs an hour of fleet time in a minute."""
     duration: Seconds

@@ -551,6 +551,16 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+def _int_hint(value: Any) -> str:
+    # Integers are strict (as Go's JSON decoding of Choria's config is): say what to write instead.
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        shown = json.dumps(value if len(value) <= 24 else value[:20] + "...")
+        return f"expected an integer, got the string {shown}: write it without quotes"
+    if isinstance(value, bool):
+        return f"expected an integer, got {str(value).lower()}: write a number"
+    return "expected an integer: write a whole number"
+
+
 def _one_line(err: ValidationError) -> str:
     first = err.errors()[0]
     where = _location(first["loc"]) or "config"
@@ -559,6 +569,8 @@ def _one_line(err: ValidationError) -> str:
         msg = "unknown key: remove it or check its spelling against the Choria Stream Replicator keys"
     elif first["type"] == "missing":
         msg = "is required"
+    elif first["type"] == "int_type":
+        msg = _int_hint(first.get("input"))
     more = len(err.errors()) - 1
     return f"{where}: {msg}" + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")
 

@@ -317,7 +317,15 @@ def test_copy_live_is_unset_by_default_and_refused_only_when_asked_for_where_it_
             "streams[0].inspect_duration: invalid",
         ),
         ({"target_url": "nats://a:4222"}, "config: entry 'dc1' would copy stream 'S' into itself"),
-        ({"start_sequence": True}, "streams[0].start_sequence: Input should be a valid integer"),
+        (
+            {"start_sequence": True},
+            "streams[0].start_sequence: expected an integer, got true: write a number",
+        ),
+        (
+            {"start_sequence": "5"},
+            'streams[0].start_sequence: expected an integer, got the string "5": write it without quotes',
+        ),
+        ({"lanes": 1.5}, "streams[0].lanes: expected an integer: write a whole number"),
         ({"start_sequence": 2**64}, "streams[0].start_sequence: Input should be less than or equal to"),
         (
             {"inspect_field": "sender", "inspect_duration": "1h", "warn_duration": "0s"},
@@ -409,5 +417,5 @@ def test_a_key_given_twice_is_refused_not_the_last_one_kept(tmp_path: Path) -> N
 
 
 def test_true_is_not_taken_for_a_number() -> None:
-    with pytest.raises(ConfigError, match="monitor_port: Input should be a valid integer"):
+    with pytest.raises(ConfigError, match="monitor_port: expected an integer, got true"):
         parse_config({**BASE, "monitor_port": True})

@@ -32,6 +32,13 @@ def base(**over: Any) -> dict[str, Any]:
         (base(fleet={"nodes": 5, "subject": "reg.x"}), "subject must contain {identity}"),
         (base(fleet={"nodes": 5, "sizes": {"median": 500}}), "greater than or equal to 1024"),
         (base(speedup=0), "speedup: Input should be greater than 0"),
+        (base(seed=-3), "seed: Input should be greater than or equal to 0"),
+        (
+            base(fleet={"nodes": 5, "data_centres": ["dc 1"]}),
+            "registration.node1.dc 1.example.net', which holds whitespace",
+        ),
+        (base(fleet={"nodes": 5, "data_centres": [""]}), "which has an empty token"),
+        (base(fleet={"nodes": 5, "domain": "*"}), "which holds a wildcard"),
         ([1, 2], "expected a YAML mapping"),
     ],
 )
