@@ -23,7 +23,7 @@ from emulator.publisher import FleetPublisher
 from emulator.scenario import parse_scenario
 from emulator.schedule import Schedule
 from harness.localnats import local_cluster
-from harness.streams import first_stored_at
+from harness.streams import stored_span
 from replicator.config import parse_config
 from replicator.logs import setup_logging
 from replicator.metrics import metrics
@@ -91,6 +91,7 @@ def main() -> None:
         runner = Runner(cfg, list(cfg.streams), "local[*]")
         t_start, t_start_wall = time.monotonic(), time.time()
         done: list[float] = []
+        caught_up: dict[str, float] = {}  # when each entry was first seen caught up
         last_print = [0.0]
 
         def progress(r: Runner) -> None:
@@ -101,6 +102,9 @@ def main() -> None:
                     return
                 t = rep.sink.totals
                 line.append(f"{rep.s.name}: read {t.received:,} copied {t.copied:,} lag {rep.lag}")
+            for rep in r.replications:
+                if rep.sink and rep.sink.totals.received >= published and rep.lag == 0:
+                    caught_up.setdefault(rep.s.name, now)
             if now - last_print[0] >= 2:
                 print("demo: " + " | ".join(line), flush=True)
                 last_print[0] = now
@@ -120,14 +124,21 @@ def main() -> None:
         for rep in runner.replications:
             assert rep.sink is not None
             t = rep.sink.totals
-            # When the target stored the first copy: copies made before the runner reports
-            # progress (ahead of the query, while Spark starts) count from the start too.
-            stored = asyncio.run(first_stored_at(target.url, rep.s.target_stream))
-            first = t_start + (stored - t_start_wall) if stored is not None else None
+            # When the target stored the first and last copies: copies made before the runner
+            # reports progress (ahead of the query, while Spark starts) count from the start too.
+            span = asyncio.run(stored_span(target.url, rep.s.target_stream))
+            first = t_start + (span[0] - t_start_wall) if span is not None else None
+            # A full copy ends with its last copy; a sampled one when it was seen caught up (it
+            # reads on past its last copy), not when every entry was.
+            end = (
+                t_start + (span[1] - t_start_wall)
+                if span is not None and t.copied == t.received
+                else caught_up.get(rep.s.name)
+            )
             # A sampled stream may take the whole backlog in one batch: no rate after its first copy.
             pace = (
-                f"{t.received / (done[0] - first):,.0f} msg/s after the first copy"
-                if done and first and done[0] - first > 0.5
+                f"{t.received / (end - first):,.0f} msg/s after the first copy"
+                if end and first and end - first > 0.5
                 else "the whole backlog in one batch"
             )
             print(

@@ -32,15 +32,20 @@ async def count_messages(url: str, stream: str) -> int:
     return (await stream_state(url, stream))[0]
 
 
-async def first_stored_at(url: str, stream: str) -> float | None:
-    """When the server stored `stream`'s first message (epoch seconds), None if it has none."""
-    nc = await open_connection(url, name="harness-first")
+async def stored_span(url: str, stream: str) -> tuple[float, float] | None:
+    """When the server stored `stream`'s first and last messages (epoch seconds), None if it
+    has none."""
+    nc = await open_connection(url, name="harness-span")
     try:
         info = await stream_info(nc, stream)
         if info is None or not info.state.messages:
             return None
-        msg = await nc.jetstream().get_msg(stream, seq=int(info.state.first_seq))
-        return msg.time.timestamp() if msg.time is not None else None
+        js = nc.jetstream()
+        first = await js.get_msg(stream, seq=int(info.state.first_seq))
+        last = await js.get_msg(stream, seq=int(info.state.last_seq))
+        if first.time is None or last.time is None:
+            return None
+        return first.time.timestamp(), last.time.timestamp()
     finally:
         await nc.close()
 
