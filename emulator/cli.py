@@ -66,20 +66,23 @@ def plan(
 ) -> None:
     """Write the expected publish log (t,node,size,force), without a server."""
     from emulator.planlog import write_plan
+    from emulator.schedule import Schedule
 
     s = _load(scenario, seed, speedup, duration)
     part = _shard(shard, data_centre)
     try:
-        if out is None:
-            n = write_plan(s, part, sys.stdout)
-        else:
-            with out.open("w") as f:
-                n = write_plan(s, part, f)
+        # Every check of the arguments against the scenario (the shard, --data-centre, the
+        # events' node names) before --out is opened: a refusal leaves a file there as it was.
+        sched = Schedule(s, part)
     except ValueError as e:
-        if out is not None:
-            out.unlink(missing_ok=True)  # a partial plan would pass for the whole one
         _fail(str(e))
         return
+    try:
+        if out is None:
+            n = write_plan(sched, part, sys.stdout)
+        else:
+            with out.open("w") as f:
+                n = write_plan(sched, part, f)
     except OSError as e:
         _fail(f"--out {out}: cannot write it ({e.strerror}): give the path of a file in a folder that exists")
         return

@@ -14,9 +14,10 @@ from emulator.schedule import Schedule, Shard
 PLAN_HEADER = "t,node,size,force\n"
 
 
-def write_plan(s: Scenario, shard: Shard, out: IO[str]) -> int:
-    """The expected publish log, deterministic byte for byte for a (scenario, seed, shard)."""
-    sched = Schedule(s, shard)
+def write_plan(s: Scenario | Schedule, shard: Shard, out: IO[str]) -> int:
+    """The expected publish log, deterministic byte for byte for a (scenario, seed, shard). A
+    Schedule already made (its checks passed) is taken as it is."""
+    sched = s if isinstance(s, Schedule) else Schedule(s, shard)
     ident = sched.fleet.identity
     out.write(PLAN_HEADER)
     n = 0

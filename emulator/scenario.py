@@ -83,7 +83,7 @@ class Fleet(_Strict):
             if problem:
                 raise ValueError(
                     f"subject {self.subject!r} with data centre {dc!r} and domain {self.domain!r} gives "
-                    f"{subject!r}, which {problem}: use names without spaces, dots at the ends or wildcards"
+                    f"{subject!r}, which {problem}: fix fleet.subject, fleet.data_centres or fleet.domain"
                 )
         return self
 
