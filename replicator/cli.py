@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from replicator.config import Config, ConfigError, StreamConfig, load_config
+from replicator.config import Config, ConfigError, StreamConfig, load_config, spark_master_problem
 
 if TYPE_CHECKING:
     from replicator.admin import StateSummary
@@ -84,6 +84,9 @@ def run(
         streams = [cfg.stream_named(stream)] if stream else list(cfg.streams)
     except ConfigError as e:
         _fail(str(e))
+        return
+    if spark_master is not None and (problem := spark_master_problem(spark_master)):
+        _fail(f"--spark-master: {problem}")
         return
     from replicator.logs import setup_logging
     from replicator.spark.early_jvm import EarlyJvm

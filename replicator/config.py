@@ -434,6 +434,22 @@ class Config(_Strict):
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("spark_master")
+    @classmethod
+    def _spark_master(cls, v: str) -> str:
+        problem = spark_master_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_conf_master(cls, v: dict[str, str]) -> dict[str, str]:
+        problem = spark_master_problem(v["spark.master"]) if "spark.master" in v else None
+        if problem:
+            raise ValueError(f"spark.master: {problem}")
+        return v
+
     @field_validator("monitor_address")
     @classmethod
     def _monitor_address(cls, v: str) -> str:
@@ -539,6 +555,28 @@ def _copies_into_itself(s: StreamConfig) -> bool:
     )
 
 
+# The master URLs Spark takes (SparkSubmit, then SparkContext's task scheduler): anything else
+# failed only once the JVM was launched, as a Java stack in the log.
+_SPARK_MASTER = re.compile(
+    r"local|local\[(\*|[1-9][0-9]*)(\s*,\s*[0-9]+)?\]|local-cluster\[\s*[0-9]+\s*,\s*[0-9]+\s*,\s*[0-9]+\s*\]"
+    r"|spark://\S+|yarn|k8s://\S+"
+)
+
+
+def spark_master_problem(master: str) -> str | None:
+    """Why Spark would refuse `master` as its master URL, or None.
+
+    >>> spark_master_problem("local[*]"), spark_master_problem("spark://h:7077") is None
+    (None, True)
+    """
+    if _SPARK_MASTER.fullmatch(master):
+        return None
+    return (
+        f"{master!r} is not a Spark master URL: use local[*] (embedded, every core), local[N], "
+        "spark://host:7077, yarn or k8s://https://host:port"
+    )
+
+
 def _location(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -553,7 +591,7 @@ def _location(loc: tuple[int | str, ...]) -> str:
 
 def _int_hint(value: Any) -> str:
     # Integers are strict (as Go's JSON decoding of Choria's config is): say what to write instead.
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
         shown = json.dumps(value if len(value) <= 24 else value[:20] + "...")
         return f"expected an integer, got the string {shown}: write it without quotes"
     if isinstance(value, bool):

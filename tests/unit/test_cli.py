@@ -45,3 +45,20 @@ def test_run_with_a_logfile_it_cannot_open_says_so_in_one_line(tmp_path: Path) -
         "sr.log: cannot open it (No such file or directory): create its folder, fix its permissions, or choose another file"
         in r.stderr
     )
+
+
+def test_run_with_a_spark_master_spark_would_refuse_says_so_in_one_line(tmp_path: Path) -> None:
+    """A master Spark cannot parse was found only once the JVM was launched: a Java stack logged
+    as warnings, then a replicator that went on without Spark until it was stopped."""
+    cfg = tmp_path / "sr.yaml"
+    cfg.write_text(
+        "name: dc1\nstreams: [{stream: S, source_url: 'nats://127.0.0.1:1', target_url: 'nats://127.0.0.1:2'}]\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "replicator.cli", "run", "-c", str(cfg), "--spark-master", "lcoal[*]"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "--spark-master: 'lcoal[*]' is not a Spark master URL: use local[*]" in r.stderr
