@@ -49,7 +49,9 @@ def test_run_with_a_logfile_it_cannot_open_says_so_in_one_line(tmp_path: Path) -
 
 def test_run_with_a_spark_master_spark_would_refuse_says_so_in_one_line(tmp_path: Path) -> None:
     """A master Spark cannot parse was found only once the JVM was launched: a Java stack logged
-    as warnings, then a replicator that went on without Spark until it was stopped."""
+    as warnings and `[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port
+    number` (naming neither the key nor the fix), or, with the source unreachable, nothing
+    until it was stopped."""
     cfg = tmp_path / "sr.yaml"
     cfg.write_text(
         "name: dc1\nstreams: [{stream: S, source_url: 'nats://127.0.0.1:1', target_url: 'nats://127.0.0.1:2'}]\n"

@@ -427,7 +427,7 @@ def test_spark_masters_spark_takes_are_taken(master: str) -> None:
 )
 def test_a_spark_master_spark_would_refuse_is_one_line(master: str) -> None:
     """Found only once the JVM was launched before: a Java stack in the log, then a replicator
-    going on without Spark."""
+    exiting with Spark's `[JAVA_GATEWAY_EXITED]`, which names neither the key nor the fix."""
     with pytest.raises(ConfigError, match=r"^spark_master: .* is not a Spark master URL: use local\[\*\]"):
         parse_config({**BASE, "spark_master": master})
     with pytest.raises(ConfigError, match=r"^spark_conf: spark.master: .* is not a Spark master URL"):
