@@ -93,6 +93,18 @@ def _refuse_choria(v: Any) -> Any:
 ChoriaCredentials = Annotated[Any, BeforeValidator(_refuse_choria)]
 
 
+def _header_problem(headers: dict[str, str]) -> str | None:
+    """Why a header in `headers` cannot go on the wire as written, or None: NATS headers are
+    `Name: value` lines, so a name holds no whitespace, colon or control character, and a
+    value no line break (it would end the line and start another header)."""
+    for name, value in headers.items():
+        if not name or any(c.isspace() or c == ":" or not c.isprintable() for c in name):
+            return f"{name!r} is not a header name: use letters, digits and dashes, e.g. X-Origin"
+        if "\r" in value or "\n" in value:
+            return f"the value of {name} holds a line break: give it on one line"
+    return None
+
+
 class HeartbeatSubject(_Strict):
     """A subject heartbeats go to, with its own interval and headers (over the shared ones)."""
 
@@ -105,6 +117,13 @@ class HeartbeatSubject(_Strict):
     def _subject(cls, v: str) -> str:
         if problem := subject_problem(v):
             raise ValueError(f"{v!r} {problem}: give a NATS subject, e.g. choria.node_metadata._monitor")
+        return v
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        if problem := _header_problem(v):
+            raise ValueError(problem)
         return v
 
 
@@ -126,6 +145,13 @@ class HeartbeatConfig(_Strict):
         from replicator.nats.urls import parse_nats_url
 
         parse_nats_url(v)
+        return v
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        if problem := _header_problem(v):
+            raise ValueError(problem)
         return v
 
     @model_validator(mode="after")

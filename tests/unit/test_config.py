@@ -434,6 +434,34 @@ def test_a_spark_master_spark_would_refuse_is_one_line(master: str) -> None:
         parse_config({**BASE, "spark_conf": {"spark.master": master}})
 
 
+@pytest.mark.parametrize(
+    ("shared", "own", "error"),
+    [
+        ({"a b": "x"}, {}, "heartbeats.headers: 'a b' is not a header name"),
+        ({"X:Y": "x"}, {}, "heartbeats.headers: 'X:Y' is not a header name"),
+        (
+            {},
+            {"K": "v\r\nInjected: yes"},
+            "heartbeats.subjects[0].headers: the value of K holds a line break",
+        ),
+    ],
+)
+def test_heartbeat_headers_that_cannot_be_written_as_header_lines_are_refused(
+    shared: dict[str, str], own: dict[str, str], error: str
+) -> None:
+    """Accepted before: a line break in a value would have published a header nobody set."""
+    hb = {"url": "nats://a:4222", "headers": shared, "subjects": [{"subject": "x", "headers": own}]}
+    with pytest.raises(ConfigError) as e:
+        parse_config({"name": "dc1", "heartbeats": hb})
+    assert str(e.value).startswith(error) and "\n" not in str(e.value)
+    assert parse_config(
+        {
+            "name": "dc1",
+            "heartbeats": {**hb, "headers": {"X-Origin": "dc 1: a"}, "subjects": [{"subject": "x"}]},
+        }
+    )
+
+
 def test_true_is_not_taken_for_a_number() -> None:
     with pytest.raises(ConfigError, match="monitor_port: expected an integer, got true"):
         parse_config({**BASE, "monitor_port": True})
