@@ -586,11 +586,10 @@ def _copies_into_itself(s: StreamConfig) -> bool:
 
 
 # The master URLs Spark takes (SparkSubmit, then SparkContext's task scheduler): anything else
-# failed only once the JVM was launched, as a Java stack in the log.
-_SPARK_MASTER = re.compile(
-    r"local|local\[(\*|0*[1-9][0-9]*)(\s*,\s*[0-9]+)?\]|local-cluster\[\s*[0-9]+\s*,\s*[0-9]+\s*,\s*[0-9]+\s*\]"
-    r"|spark://\S+|yarn|k8s://\S+"
-)
+# failed only once the JVM was launched, as a Java stack in the log. Not Spark's own test master
+# local-cluster[...]: never tried here, it would get the embedded settings (the master starts
+# with "local") while its executors are JVMs of their own.
+_SPARK_MASTER = re.compile(r"local|local\[(\*|0*[1-9][0-9]*)(\s*,\s*[0-9]+)?\]|spark://\S+|yarn|k8s://\S+")
 
 
 def spark_master_problem(master: str) -> str | None:

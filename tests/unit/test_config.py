@@ -416,14 +416,24 @@ def test_a_key_given_twice_is_refused_not_the_last_one_kept(tmp_path: Path) -> N
         read_yaml(path, "config file")
 
 
-@pytest.mark.parametrize("master", ["local", "local[*]", "local[2]", "local[4, 3]", "local-cluster[2, 1, 1024]",
+@pytest.mark.parametrize("master", ["local", "local[*]", "local[2]", "local[4, 3]", "local[01]",
                                     "spark://h1:7077,h2:7077", "yarn", "k8s://https://k:6443"])  # fmt: skip
 def test_spark_masters_spark_takes_are_taken(master: str) -> None:
     assert parse_config({**BASE, "spark_master": master, "spark_conf": {"spark.master": master}})
 
 
 @pytest.mark.parametrize(
-    "master", ["lcoal[*]", "local[0]", "local[x]", "Local", "spark:/h:7077", "mesos://h:5050", ""]
+    "master",
+    [
+        "lcoal[*]",
+        "local[0]",
+        "local-cluster[2, 1, 1024]",
+        "local[x]",
+        "Local",
+        "spark:/h:7077",
+        "mesos://h:5050",
+        "",
+    ],
 )
 def test_a_spark_master_spark_would_refuse_is_one_line(master: str) -> None:
     """Found only once the JVM was launched before: a Java stack in the log, then a replicator
