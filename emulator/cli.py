@@ -79,10 +79,10 @@ def plan(
         return
     try:
         if out is None:
-            n = write_plan(sched, part, sys.stdout)
+            n = write_plan(sched, sys.stdout)
         else:
             with out.open("w") as f:
-                n = write_plan(sched, part, f)
+                n = write_plan(sched, f)
     except OSError as e:
         _fail(f"--out {out}: cannot write it ({e.strerror}): give the path of a file in a folder that exists")
         return

@@ -8,16 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from emulator.scenario import Scenario
-from emulator.schedule import Schedule, Shard
+from emulator.schedule import Schedule
 
 PLAN_HEADER = "t,node,size,force\n"
 
 
-def write_plan(s: Scenario | Schedule, shard: Shard, out: IO[str]) -> int:
-    """The expected publish log, deterministic byte for byte for a (scenario, seed, shard). A
-    Schedule already made (its checks passed) is taken as it is."""
-    sched = s if isinstance(s, Schedule) else Schedule(s, shard)
+def write_plan(sched: Schedule, out: IO[str]) -> int:
+    """The expected publish log, deterministic byte for byte for a (scenario, seed, shard)."""
     ident = sched.fleet.identity
     out.write(PLAN_HEADER)
     n = 0

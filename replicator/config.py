@@ -98,15 +98,18 @@ ChoriaCredentials = Annotated[Any, BeforeValidator(_refuse_choria)]
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
-def _header_problem(headers: dict[str, str]) -> str | None:
-    """Why a header name in `headers` would be refused at every publish, or None."""
+def _header_names(headers: dict[str, str]) -> dict[str, str]:
     for name in headers:
         if not _HEADER_NAME.fullmatch(name.strip()):
-            return (
+            raise ValueError(
                 f"{name!r} is not a header name: use ASCII letters, digits and - . _ (e.g. X-Origin), "
                 "no spaces or ( ) , / : ; < = > ? @ [ ] { }"
             )
-    return None
+    return headers
+
+
+# Headers heartbeats carry: names a publish would be refused for are refused as the config is read.
+HeartbeatHeaders = Annotated[dict[str, str], AfterValidator(_header_names)]
 
 
 class HeartbeatSubject(_Strict):
@@ -114,20 +117,13 @@ class HeartbeatSubject(_Strict):
 
     subject: str
     interval: Duration | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: HeartbeatHeaders = Field(default_factory=dict)
 
     @field_validator("subject")
     @classmethod
     def _subject(cls, v: str) -> str:
         if problem := subject_problem(v):
             raise ValueError(f"{v!r} {problem}: give a NATS subject, e.g. choria.node_metadata._monitor")
-        return v
-
-    @field_validator("headers")
-    @classmethod
-    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
-        if problem := _header_problem(v):
-            raise ValueError(problem)
         return v
 
 
@@ -138,7 +134,7 @@ class HeartbeatConfig(_Strict):
     url: str
     interval: Duration = timedelta(seconds=10)
     leader_election: bool = False
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: HeartbeatHeaders = Field(default_factory=dict)
     subjects: list[HeartbeatSubject] = Field(min_length=1)
     tls: TLSConfig = None
     choria: ChoriaCredentials = None
@@ -149,13 +145,6 @@ class HeartbeatConfig(_Strict):
         from replicator.nats.urls import parse_nats_url
 
         parse_nats_url(v)
-        return v
-
-    @field_validator("headers")
-    @classmethod
-    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
-        if problem := _header_problem(v):
-            raise ValueError(problem)
         return v
 
     @model_validator(mode="after")

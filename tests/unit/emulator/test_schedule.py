@@ -41,7 +41,7 @@ def by_node(rows) -> dict[int, list[tuple[float, int, bool]]]:
 
 def plan_text(s, shard: Shard = WHOLE_FLEET) -> str:
     buf = io.StringIO()
-    write_plan(s, shard, buf)
+    write_plan(Schedule(s, shard), buf)
     return buf.getvalue()
 
 
