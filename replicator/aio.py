@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -14,6 +14,29 @@ T = TypeVar("T")
 
 class LoopStopped(RuntimeError):
     pass
+
+
+# How often a wait that a stop can end looks at the stop (a stop's whole bound is 45 s).
+STOP_POLL_S = 0.25
+
+
+async def unless_stopped(aw: Awaitable[T], stop: Callable[[], bool], poll_s: float = STOP_POLL_S) -> T | None:
+    """`aw`'s result, or None once `stop()` is true first: `aw` is then cancelled and waited
+    for (a connection attempt abandoned, not left to connect later). For waits with no end
+    of their own, such as a connection to servers that do not answer. `asyncio.wait`, not an
+    await of the task: that would take a cancel of the caller for the task's own."""
+    task = asyncio.ensure_future(aw)
+    try:
+        while not task.done():
+            if stop():
+                task.cancel()
+                await asyncio.wait({task})
+                break
+            await asyncio.wait({task}, timeout=poll_s)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    return None if task.cancelled() else task.result()
 
 
 class LoopThread:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from replicator.aio import LoopThread
+from replicator.aio import LoopThread, unless_stopped
 from replicator.config import Config, StreamConfig
 from replicator.election import Election, election_key
 from replicator.entry_files import (
@@ -165,7 +165,13 @@ class StreamReplication:
     async def _prepare(self, stop: Callable[[], bool]) -> bool:
         s = self.s
         src_where = parse_nats_url(s.source_url).redacted()
-        self._source_nc = await open_connection(s.source_url, s.source_tls, name=f"sr-source-{s.name}")
+        # Servers that do not answer are tried for ever: a stop (or a JVM that cannot start)
+        # must end that wait too, not only the wait for the stream.
+        self._source_nc = await unless_stopped(
+            open_connection(s.source_url, s.source_tls, name=f"sr-source-{s.name}"), stop
+        )
+        if self._source_nc is None:
+            return False
         info = await wait_for_stream(self._source_nc, s.stream, src_where, stop)
         if info is None:
             return False
@@ -181,8 +187,8 @@ class StreamReplication:
                     "it last led; run it with target_initiated: true (or delete the consumer once it is gone)",
                     go,
                 )
-        found = await answered(
-            lambda: self._look_at_target(info), parse_nats_url(s.target_url).redacted(), stop
+        found = await unless_stopped(
+            answered(lambda: self._look_at_target(info), parse_nats_url(s.target_url).redacted(), stop), stop
         )
         if found is None:
             return False

@@ -16,6 +16,8 @@ from replicator.nats.urls import NatsURL, parse_nats_url
 log = logging.getLogger(__name__)
 
 ERROR_LOG_INTERVAL_S = 30.0
+# How often a connection attempt being abandoned is cancelled again until it ends (_abandon).
+ABANDON_RECHECK_S = 0.05
 
 
 def ssl_context(tls: TLSFiles | None, insecure: bool) -> ssl.SSLContext | None:
@@ -145,7 +147,12 @@ async def open_connection(
 
 
 async def _abandon(nc: ReplicatorClient, connecting: asyncio.Future[Any]) -> None:
-    connecting.cancel()
+    # One cancel is not always enough: Python 3.11's asyncio.wait_for, around each connection
+    # attempt in nats-py, drops a cancel that lands as the attempt ends (refused at once, say),
+    # and the client then tries the next server for ever. So it is cancelled until it ends.
+    while not connecting.done():
+        connecting.cancel()
+        await asyncio.wait({connecting}, timeout=ABANDON_RECHECK_S)
     with contextlib.suppress(BaseException):
         await connecting
     with contextlib.suppress(Exception):

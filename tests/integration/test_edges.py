@@ -321,15 +321,22 @@ def test_source_publish_conditions_are_not_copied_and_a_wrong_target_stream_stor
         )
 
 
-def _waiting_for_its_source(src: str, dst: str, tmp_path: Path) -> tuple[Replicator, int]:
-    """A replicator waiting for a source stream that does not exist, with its Spark JVM
-    launched meanwhile (replicator.spark.early_jvm): the process and the JVM's pid."""
+# A URL no server answers at (connections refused), and what the replicator logs waiting on it.
+UNANSWERED_URL = "nats://127.0.0.1:1"
+UNANSWERED = "Connect call failed"
+
+
+def _waiting_for_its_source(
+    src: str, dst: str, tmp_path: Path, waiting: str = "does not exist"
+) -> tuple[Replicator, int]:
+    """A replicator waiting for its source stream LATE (the log line `waiting` seen), with its
+    Spark JVM launched meanwhile (replicator.spark.early_jvm): the process and the JVM's pid."""
     cfg = write_config(
         tmp_path / "sr.yaml", "dc1", [{"stream": "LATE", "source_url": src, "target_url": dst}]
     )
     rep = start_replicator(cfg)
     try:
-        wait_for(lambda: "does not exist" in rep.output(), SLOW_S, "a waiting log line", rep)
+        wait_for(lambda: waiting in rep.output(), SLOW_S, "a waiting log line", rep)
         wait_for(lambda: "launched Spark's JVM (pid " in rep.output(), SLOW_S, "the JVM launched", rep)
     except BaseException:
         rep.stop()
@@ -337,23 +344,37 @@ def _waiting_for_its_source(src: str, dst: str, tmp_path: Path) -> tuple[Replica
     return rep, int(rep.output().split("launched Spark's JVM (pid ")[1].split(")")[0])
 
 
+@pytest.mark.parametrize("waiting_for", ["its stream", "its servers", "the target's servers"])
 def test_stopped_while_waiting_for_its_source_it_exits_cleanly_and_its_jvm_with_it(
-    source_server, nats_server, tmp_path: Path
+    source_server, nats_server, tmp_path: Path, waiting_for: str
 ) -> None:
-    rep, jvm = _waiting_for_its_source(source_server.url, nats_server.url, tmp_path)
+    """Servers that do not answer are tried for ever: a stop while the first connection to
+    either side was still being tried waited for the stop deadline (45 s), then exited 1 with
+    "clean stop took longer than 45s"."""
+    src, dst, waiting = source_server.url, nats_server.url, "does not exist"
+    if waiting_for == "its servers":
+        src, waiting = UNANSWERED_URL, UNANSWERED
+    elif waiting_for == "the target's servers":
+        run(create_stream(src, "LATE", ["late.>"]))
+        dst, waiting = UNANSWERED_URL, UNANSWERED
+    rep, jvm = _waiting_for_its_source(src, dst, tmp_path, waiting)
     assert rep.stop() == 0, rep.output()
     assert "Traceback" not in rep.output()
+    assert "clean stop took longer" not in rep.output()
     wait_for(lambda: not Path(f"/proc/{jvm}").exists(), SLOW_S, "the JVM gone")
 
 
-@pytest.mark.parametrize("source", ["exists", "missing"])
+@pytest.mark.parametrize("source", ["exists", "missing", "unanswered"])
 def test_a_java_that_will_not_start_is_a_one_line_error(
     source_server, nats_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:
-    """Also while the run waits for a source stream: waiting on could only end in this error."""
+    """Also while the run waits for a source stream, or for its servers to answer (the run
+    waited for them for ever before): waiting on could only end in this error."""
     src, dst = source_server.url, nats_server.url
     if source == "exists":
         run(create_stream(src, "J", ["j.>"]))
+    elif source == "unanswered":
+        src = UNANSWERED_URL
     home = tmp_path / "jdk"
     (home / "bin").mkdir(parents=True)
     (home / "bin" / "java").write_text("#!/bin/sh\necho 'this java cannot run' >&2\nexit 1\n")
