@@ -38,7 +38,12 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
+SEED_MAX = 2**64 - 1  # numpy's generators take a seed of at most 64 bits here
+
+
 def _load(path: Path, seed: int | None, speedup: float | None, duration: str | None) -> Scenario:
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        _fail(f"--seed {seed}: give a number from 0 to {SEED_MAX}")
     try:
         return load_scenario(path).with_overrides(seed, speedup, duration)
     except ScenarioError as e:

@@ -581,6 +581,9 @@ def _copies_into_itself(s: StreamConfig) -> bool:
 _SPARK_MASTER = re.compile(r"local|local\[(\*|0*[1-9][0-9]*)(\s*,\s*[0-9]+)?\]|spark://\S+|yarn|k8s://\S+")
 
 
+_JAVA_INT_MAX = 2**31 - 1  # local[N,F]'s numbers are read as Java ints
+
+
 def spark_master_problem(master: str) -> str | None:
     """Why Spark would refuse `master` as its master URL, or None.
 
@@ -588,6 +591,8 @@ def spark_master_problem(master: str) -> str | None:
     (None, True)
     """
     if _SPARK_MASTER.fullmatch(master):
+        if master.startswith("local[") and any(int(n) > _JAVA_INT_MAX for n in re.findall(r"[0-9]+", master)):
+            return f"{master!r}: Spark takes at most {_JAVA_INT_MAX} threads and failures there: use local[*]"
         return None
     return (
         f"{master!r} is not a Spark master URL: use local[*] (embedded, every core), local[N], "

@@ -444,6 +444,16 @@ def test_a_spark_master_spark_would_refuse_is_one_line(master: str) -> None:
         parse_config({**BASE, "spark_conf": {"spark.master": master}})
 
 
+@pytest.mark.parametrize("master", ["local[99999999999]", "local[2, 2147483648]"])
+def test_a_local_master_past_a_java_int_is_refused_in_one_line(master: str) -> None:
+    """Spark reads local[N,F]'s numbers as Java ints: past 2^31-1 it refused them as it started."""
+    assert parse_config({**BASE, "spark_master": "local[2147483647, 2147483647]"})
+    with pytest.raises(
+        ConfigError, match=r"^spark_master: .*: Spark takes at most 2147483647 .*: use local\[\*\]$"
+    ):
+        parse_config({**BASE, "spark_master": master})
+
+
 @pytest.mark.parametrize(
     ("shared", "own", "error"),
     [

@@ -32,6 +32,7 @@ def test_plan_arguments_are_checked_before_the_out_file_is_touched(tmp_path: Pat
     for bad, error in (
         (["--shard", "5/2"], "--shard '5/2': need 0 <= i < N"),
         (["--data-centre", "dcX"], "dcX"),
+        (["--seed", "-1"], "--seed -1: give a number from 0 to 18446744073709551615"),  # said `seed:`
     ):
         r = subprocess.run(
             [sys.executable, "-m", "emulator.cli", "plan", "-s", str(scenario), *bad, "--out", str(out)],
