@@ -23,20 +23,25 @@ STOP_POLL_S = 0.25
 async def unless_stopped(aw: Awaitable[T], stop: Callable[[], bool], poll_s: float = STOP_POLL_S) -> T | None:
     """`aw`'s result, or None once `stop()` is true first: `aw` is then cancelled and waited
     for (a connection attempt abandoned, not left to connect later). For waits with no end
-    of their own, such as a connection to servers that do not answer. `asyncio.wait`, not an
-    await of the task: that would take a cancel of the caller for the task's own."""
+    of their own, such as a connection to servers that do not answer. A result that came
+    as it was cancelled is kept; a cancel of the caller, or of `aw` by anything else, is
+    raised (`asyncio.wait`, not an await of the task, keeps the two apart)."""
     task = asyncio.ensure_future(aw)
+    stopped = False
     try:
         while not task.done():
             if stop():
+                stopped = True
                 task.cancel()
                 await asyncio.wait({task})
                 break
             await asyncio.wait({task}, timeout=poll_s)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    return None if task.cancelled() else task.result()
+    finally:
+        if not task.done():  # the caller was cancelled, or stop() raised
+            task.cancel()
+    if task.cancelled() and stopped:
+        return None
+    return task.result()  # raises CancelledError if it was cancelled by another
 
 
 class LoopThread:

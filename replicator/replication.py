@@ -159,8 +159,14 @@ class StreamReplication:
 
     def prepare(self, stop: Callable[[], bool]) -> bool:
         """Wait for the source stream, make sure the target exists, find where we stopped.
-        False if asked to stop while waiting."""
-        return self.loop.run(self._prepare(stop))
+        False if asked to stop while waiting (the source's connection then closed)."""
+        if self.loop.run(self._prepare(stop)):
+            return True
+        if self._source_nc is not None:
+            with contextlib.suppress(Exception):
+                self.loop.run(self._source_nc.close(), 5)
+            self._source_nc = None
+        return False
 
     async def _prepare(self, stop: Callable[[], bool]) -> bool:
         s = self.s
@@ -190,7 +196,7 @@ class StreamReplication:
         found = await unless_stopped(
             answered(lambda: self._look_at_target(info), parse_nats_url(s.target_url).redacted(), stop), stop
         )
-        if found is None:
+        if found is None or stop():  # stopped, even if the look got its answer meanwhile
             return False
         owner, floor = found
         if floor and floor > info.state.last_seq:

@@ -150,10 +150,17 @@ async def _abandon(nc: ReplicatorClient, connecting: asyncio.Future[Any]) -> Non
     # One cancel is not always enough: Python 3.11's asyncio.wait_for, around each connection
     # attempt in nats-py, drops a cancel that lands as the attempt ends (refused at once, say),
     # and the client then tries the next server for ever. So it is cancelled until it ends.
+    # A cancel of this wait (a second stop) must not cut it short either: raised once it ends.
+    interrupted = False
     while not connecting.done():
         connecting.cancel()
-        await asyncio.wait({connecting}, timeout=ABANDON_RECHECK_S)
+        try:
+            await asyncio.wait({connecting}, timeout=ABANDON_RECHECK_S)
+        except asyncio.CancelledError:
+            interrupted = True
     with contextlib.suppress(BaseException):
         await connecting
     with contextlib.suppress(Exception):
         await nc.close()
+    if interrupted:
+        raise asyncio.CancelledError

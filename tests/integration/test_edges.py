@@ -364,17 +364,19 @@ def test_stopped_while_waiting_for_its_source_it_exits_cleanly_and_its_jvm_with_
     wait_for(lambda: not Path(f"/proc/{jvm}").exists(), SLOW_S, "the JVM gone")
 
 
-@pytest.mark.parametrize("source", ["exists", "missing", "unanswered"])
+@pytest.mark.parametrize("source", ["exists", "missing", "unanswered", "exists, target unanswered"])
 def test_a_java_that_will_not_start_is_a_one_line_error(
     source_server, nats_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:
-    """Also while the run waits for a source stream, or for its servers to answer (the run
-    waited for them for ever before): waiting on could only end in this error."""
+    """Also while the run waits for a source stream, or for its or the target's servers to
+    answer (the run waited for them for ever before): waiting on could only end in this error."""
     src, dst = source_server.url, nats_server.url
-    if source == "exists":
+    if source.startswith("exists"):
         run(create_stream(src, "J", ["j.>"]))
-    elif source == "unanswered":
+    if source == "unanswered":
         src = UNANSWERED_URL
+    elif source.endswith("target unanswered"):
+        dst = UNANSWERED_URL
     home = tmp_path / "jdk"
     (home / "bin").mkdir(parents=True)
     (home / "bin" / "java").write_text("#!/bin/sh\necho 'this java cannot run' >&2\nexit 1\n")

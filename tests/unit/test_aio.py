@@ -102,6 +102,38 @@ def test_a_connection_attempt_cancelled_at_any_moment_ends() -> None:
         logging.disable(logging.NOTSET)
 
 
+def test_a_connection_attempt_cancelled_twice_still_ends() -> None:
+    """A second cancel (a stop while an attempt was being abandoned) interrupted the abandoning,
+    and an attempt whose first cancel had been dropped went on trying for ever (found by a
+    review). Here each attempt is cancelled twice, 1 ms apart, at 40 moments: no task is left."""
+    logging.disable(logging.WARNING)
+
+    async def tasks_left_after(delay: float) -> int:
+        attempt = asyncio.ensure_future(
+            open_connection("nats://127.0.0.1:1", name="cancelled-twice", reconnect_time_wait=0.001)
+        )
+        await asyncio.sleep(delay)
+        attempt.cancel()
+        await asyncio.sleep(0.001)
+        attempt.cancel()
+        await asyncio.wait({attempt}, timeout=5)
+        deadline = asyncio.get_running_loop().time() + 5  # a bound for a hang, not a timing
+        while (
+            left := asyncio.all_tasks() - {asyncio.current_task()}
+        ) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        return len(left)
+
+    async def leftovers() -> list[int]:
+        rnd = random.Random(2)
+        return [await tasks_left_after(rnd.uniform(0, 0.02)) for _ in range(40)]
+
+    try:
+        assert set(asyncio.run(leftovers())) == {0}
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 def test_unless_stopped_gives_the_result_or_none_once_stopped_and_passes_a_cancel_on() -> None:
     async def scenario() -> None:
         async def answer() -> int:
@@ -110,11 +142,31 @@ def test_unless_stopped_gives_the_result_or_none_once_stopped_and_passes_a_cance
 
         assert await unless_stopped(answer(), lambda: False, poll_s=0.001) == 42
 
-        never = asyncio.get_running_loop().create_future()  # a wait with no end of its own
+        cleaned_up = asyncio.Event()
+
+        async def endless() -> None:  # a wait with no end of its own, slow to clean up
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                await asyncio.sleep(0.05)
+                cleaned_up.set()
+                raise
+
         stop = asyncio.Event()
         asyncio.get_running_loop().call_later(0.05, stop.set)
-        assert await unless_stopped(never, stop.is_set, poll_s=0.001) is None
-        assert never.cancelled()
+        assert await unless_stopped(endless(), stop.is_set, poll_s=0.001) is None
+        assert cleaned_up.is_set()  # waited for, not left running
+
+        async def answers_as_it_is_cancelled() -> int:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                return 7  # a connection made just as the stop came: kept, not dropped
+            return 0
+
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.01, stop.set)
+        assert await unless_stopped(answers_as_it_is_cancelled(), stop.is_set, poll_s=0.001) == 7
 
         inner = asyncio.get_running_loop().create_future()
         outer = asyncio.ensure_future(unless_stopped(inner, lambda: False, poll_s=0.001))
@@ -123,5 +175,10 @@ def test_unless_stopped_gives_the_result_or_none_once_stopped_and_passes_a_cance
         with pytest.raises(asyncio.CancelledError):
             await outer
         assert inner.cancelled()
+
+        inner = asyncio.get_running_loop().create_future()  # cancelled by another, not a stop
+        asyncio.get_running_loop().call_later(0.01, inner.cancel)
+        with pytest.raises(asyncio.CancelledError):
+            await unless_stopped(inner, lambda: False, poll_s=0.001)
 
     asyncio.run(scenario())
