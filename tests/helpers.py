@@ -238,14 +238,22 @@ def registration(i: int, size: int = 1000) -> bytes:
 
 
 def orders_backlog(
-    src: str, dst: str, tmp_path: Path, n: int, batch_max_messages: int, copy_ahead: bool = False, **top: Any
+    src: str,
+    dst: str,
+    tmp_path: Path,
+    n: int,
+    batch_max_messages: int,
+    copy_ahead: bool = False,
+    replicas: int = 1,
+    **top: Any,
 ) -> tuple[Path, int]:
     """A source stream ORDERS holding n ~1 KB messages and a replicator config that copies it to
     the target in batches of at most batch_max_messages (`top`: more top-level keys):
     (config path, n). Its users watch the query's batches copy the backlog (stopped, killed,
     logged mid-copy), so by default nothing is copied ahead of the query while Spark starts
-    (that has tests of its own: test_head_start.py)."""
-    run(create_stream(src, "ORDERS", ["orders.>"]))
+    (that has tests of its own: test_head_start.py). `replicas`: the source stream's, which the
+    target stream the replicator creates takes too."""
+    run(create_stream(src, "ORDERS", ["orders.>"], num_replicas=replicas))
     run(publish(src, [(f"orders.{i % 13}", registration(i), None) for i in range(n)]))
     stream = {
         "stream": "ORDERS",

@@ -203,35 +203,41 @@ def test_a_stop_while_spark_starts_slower_than_the_stop_deadline_is_clean(
 
 
 def test_a_stop_while_spark_starts_lets_the_chunk_copied_ahead_get_its_acks(
-    source_server, nats_server, tmp_path: Path
+    source_like_target, target_of_each_kind, tmp_path: Path
 ) -> None:
     """A stop while Spark starts gives the copies made ahead 1 s, then closes the target
     connection. A target slow to acknowledge the chunk being published (here its link stalled
     for 6 s around the stop) left that copier running past the close: it reconnected and sent
     its next chunk after the stop had written its mark of what the target acknowledged (5,000
     against 10,000 stored). Closing now waits for the chunk under way (bounded) and sends none
-    after it: no record left in flight, a mark of every copy, exit 0 in time."""
-    src = source_server.url
-    with FaultProxy(url_port(nats_server.url)) as link:
-        link.bandwidth = 2_000_000  # ~2,000 copies a second: the stall finds a chunk in flight
-        cfg, n = orders_backlog(src, link.url, tmp_path, 40_000, batch_max_messages=2_000, copy_ahead=True)
+    after it: no record left in flight, a mark of every copy, exit 0 in time. Single servers,
+    and 3-server clusters with R3 streams (every target server's link stalled)."""
+    src = source_like_target.url
+    target, replicas = target_of_each_kind
+    dst = target.url
+    with contextlib.ExitStack() as links_open:
+        links = [links_open.enter_context(FaultProxy(url_port(u))) for u in dst.split(",")]
+        for link in links:
+            link.bandwidth = 2_000_000  # ~2,000 copies a second: the stall finds a chunk in flight
+        cfg, n = orders_backlog(src, ",".join(link.url for link in links), tmp_path, 40_000,
+                                batch_max_messages=2_000, copy_ahead=True, replicas=replicas)  # fmt: skip
         with starting_slowly(cfg, tmp_path) as (rep, launch):  # the stop comes while Spark starts
-            wait_for(
-                lambda: run(count(nats_server.url, "ORDERS")) >= 4_000, SLOW_S, "copies ahead under way", rep
-            )
+            wait_for(lambda: run(count(dst, "ORDERS")) >= 4_000, SLOW_S, "copies ahead under way", rep)
             launch.update(tree(rep.proc.pid))
-            at_stall = run(count(nats_server.url, "ORDERS"))
-            link.stall()
+            at_stall = run(count(dst, "ORDERS"))
+            for link in links:
+                link.stall()
             time.sleep(0.5)
             os.killpg(rep.proc.pid, signal.SIGTERM)
             time.sleep(6.0)  # the target answers again, 6 s after the stop: well inside its deadline
-            link.restore()
+            for link in links:
+                link.restore()
             code = rep.proc.wait(STOP_DEADLINE_S + 30)
             out = rep.output(10**9)
             assert code == 0, out
             assert "stopped while Spark started" in out, out
             assert not [n for n in NOISE if n in out], out
-    stored = run(count(nats_server.url, "ORDERS"))
+    stored = run(count(dst, "ORDERS"))
     assert at_stall < stored < n, (
         at_stall,
         stored,
