@@ -11,6 +11,7 @@ import socket
 import time
 from typing import Any
 
+from replicator.aio import unless_stopped
 from replicator.config import HeartbeatConfig, HeartbeatSubject
 from replicator.election import Election
 from replicator.metrics import metrics
@@ -51,7 +52,12 @@ class Heartbeats:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         where = parse_nats_url(self.cfg.url).redacted()
-        nc: Any = await open_connection(self.cfg.url, self.cfg.tls, name="sr-heartbeats")
+        # A server that does not answer is tried for ever: a stop ends that wait too.
+        nc: Any = await unless_stopped(
+            open_connection(self.cfg.url, self.cfg.tls, name="sr-heartbeats"), self._stopping.is_set
+        )
+        if nc is None:
+            return
         m = metrics()
         m.heartbeat_subjects.labels(self.replicator).set(len(self.cfg.subjects))
         tasks = []
