@@ -43,6 +43,7 @@ class Heartbeats:
         self.published = 0
         self._stopping: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_asked = False  # a stop before run() made its event
 
     def leading(self) -> bool:
         return self.election is None or self.election.leading()
@@ -51,12 +52,17 @@ class Heartbeats:
         """Publish until stop(); connection losses are ridden out by the client."""
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        if self._stop_asked:
+            self._stopping.set()
         where = parse_nats_url(self.cfg.url).redacted()
         # A server that does not answer is tried for ever: a stop ends that wait too.
         nc: Any = await unless_stopped(
             open_connection(self.cfg.url, self.cfg.tls, name="sr-heartbeats"), self._stopping.is_set
         )
-        if nc is None:
+        if nc is None or self._stopping.is_set():  # a connection that came as the stop did
+            if nc is not None:
+                with contextlib.suppress(Exception):
+                    await nc.close()
             return
         m = metrics()
         m.heartbeat_subjects.labels(self.replicator).set(len(self.cfg.subjects))
@@ -116,5 +122,6 @@ class Heartbeats:
 
     def stop(self) -> None:
         """Stop publishing (from any thread)."""
+        self._stop_asked = True
         if self._loop is not None and self._stopping is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stopping.set)

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 ERROR_LOG_INTERVAL_S = 30.0
 # How often a connection attempt being abandoned is cancelled again until it ends (_abandon).
 ABANDON_RECHECK_S = 0.05
+ABANDON_CLOSE_S = 5.0  # and how long its close may take (nats-py's own waits are bounded)
 
 
 def ssl_context(tls: TLSFiles | None, insecure: bool) -> ssl.SSLContext | None:
@@ -160,7 +161,16 @@ async def _abandon(nc: ReplicatorClient, connecting: asyncio.Future[Any]) -> Non
             interrupted = True
     with contextlib.suppress(BaseException):
         await connecting
-    with contextlib.suppress(Exception):
-        await nc.close()
+    # The close too (a client that connected as it was cancelled holds a socket and tasks).
+    closing = asyncio.ensure_future(nc.close())
+    while not closing.done():
+        try:
+            await asyncio.wait({closing}, timeout=ABANDON_CLOSE_S)
+        except asyncio.CancelledError:
+            interrupted = True
+            continue
+        break
+    if closing.done() and not closing.cancelled():
+        closing.exception()  # retrieved: a close that failed is of no more use here
     if interrupted:
         raise asyncio.CancelledError

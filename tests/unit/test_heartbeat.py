@@ -41,10 +41,30 @@ def test_a_stop_ends_the_heartbeats_while_their_server_does_not_answer() -> None
         await asyncio.sleep(1.5)  # refused attempts under way
         beats.stop()
         done, _ = await asyncio.wait({run}, timeout=30)  # a bound for a hang, not a timing
-        return run in done and run.exception() is None
+        left = asyncio.all_tasks() - {asyncio.current_task()}  # the connection attempt among them
+        return run in done and run.exception() is None and not left
 
     logging.disable(logging.WARNING)  # each refusal logged
     try:
         assert asyncio.run(stopped_while_connecting())
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_a_stop_before_the_heartbeats_run_is_kept() -> None:
+    """A stop asked for before the run had made its event was lost (found by a review): the
+    run then went on until the runner's bound cut it off."""
+    cfg = HeartbeatConfig(url="nats://127.0.0.1:1", subjects=[HeartbeatSubject(subject="x._monitor")])
+    beats = Heartbeats(cfg, "dc1", "host-a")
+    beats.stop()
+
+    async def ends() -> bool:
+        run = asyncio.ensure_future(beats.run())
+        done, _ = await asyncio.wait({run}, timeout=30)  # a bound for a hang, not a timing
+        return run in done and run.exception() is None
+
+    logging.disable(logging.WARNING)
+    try:
+        assert asyncio.run(ends())
     finally:
         logging.disable(logging.NOTSET)
