@@ -5,6 +5,8 @@ nothing to an operator is dropped unless `loglevel: debug`."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 import re
 import threading
@@ -81,6 +83,35 @@ _DAEMON_FRAME = re.compile(
 _SOCKET_FRAME = re.compile(rf'^\s+File "{_STDLIB}socket\.py", line \d+, in (write|readinto)$')
 _CUT_SHORT_LINES = 3
 _CHAINED = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
+# The streaming source runner's module-level frame. At its `with get_sock_file_to_executor(...)`
+# line it only opens and closes its socket to the JVM (pyspark's and the standard library's code);
+# at the next line it calls its main, which reaches the data source's reader: the replicator's code.
+_RUNNER_MODULE_FRAME = re.compile(
+    r'^\s+File ".*/pyspark/sql/streaming/python_streaming_source_runner\.py", line (?P<line>\d+), in <module>$'
+)
+_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+@functools.cache
+def runner_socket_lines() -> frozenset[int]:
+    """The lines of the installed streaming source runner that open its socket to the JVM at
+    module level; none when its source cannot be read (then no traceback is taken for one)."""
+    try:
+        spec = importlib.util.find_spec(_RUNNER)
+        if spec is None or spec.origin is None:
+            return frozenset()
+        with open(spec.origin, encoding="utf-8") as source:
+            text = source.read().splitlines()
+    except (ImportError, OSError, ValueError):
+        return frozenset()
+    return frozenset(
+        n for n, line in enumerate(text, 1) if re.match(r"^\s+with get_sock_file_to_executor\(", line)
+    )
+
+
+def _cut_in_runners_socket(last_frame: str) -> bool:
+    m = _RUNNER_MODULE_FRAME.match(last_frame)
+    return m is not None and int(m["line"]) in runner_socket_lines()
 
 
 def _pipe_closed_line(exception: str) -> tuple[int, str]:
@@ -151,13 +182,13 @@ class JvmOutput:
             and cut
             and frames
             and all(_DAEMON_FRAME.match(f) for f in frames)
-            and _SOCKET_FRAME.match(frames[-1])
+            and (_SOCKET_FRAME.match(frames[-1]) or _cut_in_runners_socket(frames[-1]))
         ):
-            # Cut short inside pyspark's own socket I/O to the JVM, every frame pyspark's or the
-            # standard library's: a Spark Python process finding its pipe closed as its query
-            # ended. (A traceback through the replicator's code has its frames between those, so
-            # one cut before them is shown.) Its exception's line, if it comes within the next
-            # few lines shown, goes to debug too.
+            # Cut short inside pyspark's own socket I/O to the JVM, or where the source runner
+            # opens or closes its socket, every frame pyspark's or the standard library's: a Spark
+            # Python process finding its pipe closed as its query ended. (A traceback through the
+            # replicator's code has its frames between those, so one cut before them is shown.)
+            # Its exception's line, if it comes within the next few lines shown, goes to debug too.
             self._cut_short = _CUT_SHORT_LINES
             return [
                 (logging.DEBUG, f"a Spark Python process's traceback was cut short ({frames[-1].strip()})")

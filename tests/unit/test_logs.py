@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from replicator.logs import setup_logging, stream_logger
-from replicator.spark.jvm_log import JvmOutput, classify
+from replicator.spark.jvm_log import JvmOutput, classify, runner_socket_lines
 
 
 class Captured:
@@ -406,6 +406,66 @@ def test_a_source_runners_traceback_cut_mid_line_by_sparks_record_is_left_to_deb
     loud = [o for line in lines for o in shown.feed(line)]
     assert (logging.ERROR, record.split(" spark.", 1)[1]) in loud
     assert (logging.WARNING, lines[0]) in loud and (logging.WARNING, "    ret") in loud
+
+
+def _source_runner_cut_at(line: int) -> list[str]:
+    """The last of the planner's chained tracebacks as CI's log showed it (test_faults, target
+    unreachable, 2026-12-06): cut short by a record of the failed batch at the runner's
+    module-level frame, ours and runpy's before it."""
+    return [
+        "Traceback (most recent call last):",
+        '  File "<frozen runpy>", line 198, in _run_module_as_main',
+        '  File "<frozen runpy>", line 88, in _run_code',
+        '  File "/tmp/ci.9EPV/p/replicator/spark/source_runner.py", line 64, in <module>',
+        "    main(sys.argv)",
+        '  File "/tmp/ci.9EPV/p/replicator/spark/source_runner.py", line 60, in main',
+        '    runpy.run_module(module, run_name="__main__", alter_sys=True)',
+        '  File "<frozen runpy>", line 226, in run_module',
+        '  File "<frozen runpy>", line 98, in _run_module_code',
+        '  File "<frozen runpy>", line 88, in _run_code',
+        '  File "/tmp/ci.9EPV/p/.venv/lib/python3.11/site-packages/pyspark/sql/streaming/'
+        f'python_streaming_source_runner.py", line {line}, in <module>',
+        "2026-12-06 06:20:55,938 ERROR spark.MicroBatchExecution: Query sr_REG_dc1 [id = 77] terminated with error",
+        "\tat org.apache.spark.sql.execution.streaming.MicroBatchExecution.runBatch(MicroBatchExecution.scala:900)",
+    ]
+
+
+def _runner_socket_line() -> int:
+    (line,) = runner_socket_lines()
+    return line
+
+
+def test_the_installed_source_runner_opens_its_socket_at_the_line_found() -> None:
+    import pyspark.sql.streaming.python_streaming_source_runner as runner
+
+    with open(runner.__file__, encoding="utf-8") as source:
+        text = source.read().splitlines()
+    assert (
+        text[_runner_socket_line() - 1].strip()
+        == "with get_sock_file_to_executor(timeout=None) as sock_file:"
+    )
+    assert text[_runner_socket_line()].strip() == "main(sock_file, sock_file)"
+
+
+def test_a_source_runners_traceback_cut_where_it_opens_its_socket_is_left_to_debug() -> None:
+    """At that frame the runner only opens or closes its socket to the JVM (pyspark 4.3.0: line
+    313): cut there, it is the closed pipe of a stopped query, whose exception line may follow."""
+    lines = [*_source_runner_cut_at(_runner_socket_line()), "BrokenPipeError: [Errno 32] Broken pipe"]
+    quiet = JvmOutput(quiet=True)
+    out = [o for line in lines for o in quiet.feed(line + "\n")]
+    assert [level for level, _ in out] == [logging.DEBUG] * len(out), out
+    assert out[0][1].startswith("a Spark Python process's traceback was cut short (File ")
+    shown = JvmOutput(quiet=False)
+    assert (logging.WARNING, lines[0]) in [o for line in lines for o in shown.feed(line)]
+
+
+def test_a_source_runners_traceback_cut_where_it_runs_its_main_is_shown() -> None:
+    """The next line calls the runner's main, which reaches the data source's reader (the
+    replicator's code): a traceback cut there may be the replicator's own."""
+    lines = _source_runner_cut_at(_runner_socket_line() + 1)
+    quiet = JvmOutput(quiet=True)
+    out = [o for line in lines for o in quiet.feed(line)]
+    assert out[0] == (logging.WARNING, lines[0]) and (logging.WARNING, lines[-3]) in out
 
 
 def test_a_record_glued_to_the_end_of_another_line_is_split() -> None:
