@@ -578,7 +578,9 @@ def _copies_into_itself(s: StreamConfig) -> bool:
 # failed only once the JVM was launched, as a Java stack in the log. Not Spark's own test master
 # local-cluster[...]: never tried here, it would get the embedded settings (the master starts
 # with "local") while its executors are JVMs of their own.
-_SPARK_MASTER = re.compile(r"local|local\[(\*|0*[1-9][0-9]*)(\s*,\s*[0-9]+)?\]|spark://\S+|yarn|k8s://\S+")
+_SPARK_MASTER = re.compile(
+    r"local|local\[(?P<threads>\*|0*[1-9][0-9]*)(\s*,\s*(?P<failures>[0-9]+))?\]|spark://\S+|yarn|k8s://\S+"
+)
 
 
 _JAVA_INT_MAX = 2**31 - 1  # local[N,F]'s numbers are read as Java ints
@@ -590,9 +592,17 @@ def spark_master_problem(master: str) -> str | None:
     >>> spark_master_problem("local[*]"), spark_master_problem("spark://h:7077") is None
     (None, True)
     """
-    if _SPARK_MASTER.fullmatch(master):
-        if master.startswith("local[") and any(int(n) > _JAVA_INT_MAX for n in re.findall(r"[0-9]+", master)):
-            return f"{master!r}: Spark takes at most {_JAVA_INT_MAX} threads and failures there: use local[*]"
+    m = _SPARK_MASTER.fullmatch(master)
+    if m:
+        threads, failures = m["threads"], m["failures"]
+        if threads and threads != "*" and int(threads) > _JAVA_INT_MAX:
+            return (
+                f"{master!r}: Spark takes at most {_JAVA_INT_MAX} threads: use local[*] (every core) or fewer"
+            )
+        if failures and int(failures) > _JAVA_INT_MAX:
+            return (
+                f"{master!r}: Spark takes at most {_JAVA_INT_MAX} task failures: give a smaller second number"
+            )
         return None
     return (
         f"{master!r} is not a Spark master URL: use local[*] (embedded, every core), local[N], "

@@ -444,13 +444,20 @@ def test_a_spark_master_spark_would_refuse_is_one_line(master: str) -> None:
         parse_config({**BASE, "spark_conf": {"spark.master": master}})
 
 
-@pytest.mark.parametrize("master", ["local[99999999999]", "local[2, 2147483648]"])
-def test_a_local_master_past_a_java_int_is_refused_in_one_line(master: str) -> None:
-    """Spark reads local[N,F]'s numbers as Java ints: past 2^31-1 it refused them as it started."""
+@pytest.mark.parametrize(
+    ("master", "fix"),
+    [
+        ("local[99999999999]", r"threads: use local\[\*\] \(every core\) or fewer"),
+        ("local[2, 2147483648]", "task failures: give a smaller second number"),
+        ("local[*, 99999999999]", "task failures: give a smaller second number"),
+    ],
+)
+def test_a_local_master_past_a_java_int_is_refused_in_one_line(master: str, fix: str) -> None:
+    """Spark reads local[N,F]'s numbers as Java ints: past 2^31-1 it refused them as it started.
+    The line names the number that is too large."""
     assert parse_config({**BASE, "spark_master": "local[2147483647, 2147483647]"})
-    with pytest.raises(
-        ConfigError, match=r"^spark_master: .*: Spark takes at most 2147483647 .*: use local\[\*\]$"
-    ):
+    assert parse_config({**BASE, "spark_master": "local[*, 2147483647]"})
+    with pytest.raises(ConfigError, match=rf"^spark_master: .*: Spark takes at most 2147483647 {fix}$"):
         parse_config({**BASE, "spark_master": master})
 
 
