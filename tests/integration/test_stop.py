@@ -59,7 +59,8 @@ def starting_slowly(cfg: Path, tmp_path: Path) -> Iterator[tuple[Replicator, dic
     that sleeps 70 s, as a slow conf script would), and a dict the test fills with its process
     tree while Spark starts (`tree(pid)`). The launch script outlives the replicator, asleep in
     a session of its own: each process noted is killed afterwards if it is still the same one
-    (a pid freed since may be another process's by now)."""
+    (a pid freed since may be another process's by now). A replicator still running then (a
+    failed assertion) is killed with its group."""
     conf_dir = tmp_path / "spark-conf"
     conf_dir.mkdir()
     (conf_dir / "spark-env.sh").write_text("sleep 70\n")
@@ -70,6 +71,8 @@ def starting_slowly(cfg: Path, tmp_path: Path) -> Iterator[tuple[Replicator, dic
     try:
         yield rep, launch
     finally:
+        if rep.alive():
+            rep.kill9()
         for pid, command in launch.items():
             if pid != rep.proc.pid and tree(pid).get(pid) == command:
                 with contextlib.suppress(ProcessLookupError):
