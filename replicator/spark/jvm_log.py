@@ -5,8 +5,7 @@ nothing to an operator is dropped unless `loglevel: debug`."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
+import linecache
 import logging
 import re
 import threading
@@ -87,31 +86,18 @@ _CHAINED = re.compile(r"^(During handling of the above exception|The above excep
 # line it only opens and closes its socket to the JVM (pyspark's and the standard library's code);
 # at the next line it calls its main, which reaches the data source's reader: the replicator's code.
 _RUNNER_MODULE_FRAME = re.compile(
-    r'^\s+File ".*/pyspark/sql/streaming/python_streaming_source_runner\.py", line (?P<line>\d+), in <module>$'
+    r'^\s+File "(?P<path>.*/pyspark/sql/streaming/python_streaming_source_runner\.py)", '
+    r"line (?P<line>\d+), in <module>$"
 )
-_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
-
-
-@functools.cache
-def runner_socket_lines() -> frozenset[int]:
-    """The lines of the installed streaming source runner that open its socket to the JVM at
-    module level; none when its source cannot be read (then no traceback is taken for one)."""
-    try:
-        spec = importlib.util.find_spec(_RUNNER)
-        if spec is None or spec.origin is None:
-            return frozenset()
-        with open(spec.origin, encoding="utf-8") as source:
-            text = source.read().splitlines()
-    except (ImportError, OSError, ValueError):
-        return frozenset()
-    return frozenset(
-        n for n, line in enumerate(text, 1) if re.match(r"^\s+with get_sock_file_to_executor\(", line)
-    )
 
 
 def _cut_in_runners_socket(last_frame: str) -> bool:
+    """Whether `last_frame` is the runner's module-level line that opens its socket, read from the
+    file the frame names (a file that cannot be read says no: the traceback is shown)."""
     m = _RUNNER_MODULE_FRAME.match(last_frame)
-    return m is not None and int(m["line"]) in runner_socket_lines()
+    return m is not None and linecache.getline(m["path"], int(m["line"])).lstrip().startswith(
+        "with get_sock_file_to_executor("
+    )
 
 
 def _pipe_closed_line(exception: str) -> tuple[int, str]:
@@ -188,7 +174,8 @@ class JvmOutput:
             # opens or closes its socket, every frame pyspark's or the standard library's: a Spark
             # Python process finding its pipe closed as its query ended. (A traceback through the
             # replicator's code has its frames between those, so one cut before them is shown.)
-            # Its exception's line, if it comes within the next few lines shown, goes to debug too.
+            # Its exception's line, if it comes within the next few lines shown, goes to debug too;
+            # whatever it was, a fault that lasts shows again in the query's own error.
             self._cut_short = _CUT_SHORT_LINES
             return [
                 (logging.DEBUG, f"a Spark Python process's traceback was cut short ({frames[-1].strip()})")

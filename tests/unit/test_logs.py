@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from replicator.logs import setup_logging, stream_logger
-from replicator.spark.jvm_log import JvmOutput, classify, runner_socket_lines
+from replicator.spark.jvm_log import JvmOutput, classify
 
 
 class Captured:
@@ -408,10 +408,12 @@ def test_a_source_runners_traceback_cut_mid_line_by_sparks_record_is_left_to_deb
     assert (logging.WARNING, lines[0]) in loud and (logging.WARNING, "    ret") in loud
 
 
-def _source_runner_cut_at(line: int) -> list[str]:
+def _source_runner_cut_at(line: int, runner: str | None = None) -> list[str]:
     """The last of the planner's chained tracebacks as CI's log showed it (test_faults, target
     unreachable, 2026-12-06): cut short by a record of the failed batch at the runner's
-    module-level frame, ours and runpy's before it."""
+    module-level frame, ours and runpy's before it. `runner`: the runner's file named in it
+    (the installed one unless given)."""
+    runner = runner or _installed_runner()
     return [
         "Traceback (most recent call last):",
         '  File "<frozen runpy>", line 198, in _run_module_as_main',
@@ -423,33 +425,31 @@ def _source_runner_cut_at(line: int) -> list[str]:
         '  File "<frozen runpy>", line 226, in run_module',
         '  File "<frozen runpy>", line 98, in _run_module_code',
         '  File "<frozen runpy>", line 88, in _run_code',
-        '  File "/tmp/ci.9EPV/p/.venv/lib/python3.11/site-packages/pyspark/sql/streaming/'
-        f'python_streaming_source_runner.py", line {line}, in <module>',
+        f'  File "{runner}", line {line}, in <module>',
         "2026-12-06 06:20:55,938 ERROR spark.MicroBatchExecution: Query sr_REG_dc1 [id = 77] terminated with error",
         "\tat org.apache.spark.sql.execution.streaming.MicroBatchExecution.runBatch(MicroBatchExecution.scala:900)",
     ]
 
 
-def _runner_socket_line() -> int:
-    (line,) = runner_socket_lines()
-    return line
-
-
-def test_the_installed_source_runner_opens_its_socket_at_the_line_found() -> None:
+def _installed_runner() -> str:
     import pyspark.sql.streaming.python_streaming_source_runner as runner
 
-    with open(runner.__file__, encoding="utf-8") as source:
+    return str(runner.__file__)
+
+
+def _runner_socket_line() -> int:
+    """The installed runner's module-level line that opens its socket (pyspark 4.3.0: 313); the
+    line after it calls its main."""
+    with open(_installed_runner(), encoding="utf-8") as source:
         text = source.read().splitlines()
-    assert (
-        text[_runner_socket_line() - 1].strip()
-        == "with get_sock_file_to_executor(timeout=None) as sock_file:"
-    )
-    assert text[_runner_socket_line()].strip() == "main(sock_file, sock_file)"
+    (n,) = [i for i, x in enumerate(text, 1) if x.strip().startswith("with get_sock_file_to_executor(")]
+    assert text[n].strip() == "main(sock_file, sock_file)"
+    return n
 
 
 def test_a_source_runners_traceback_cut_where_it_opens_its_socket_is_left_to_debug() -> None:
-    """At that frame the runner only opens or closes its socket to the JVM (pyspark 4.3.0: line
-    313): cut there, it is the closed pipe of a stopped query, whose exception line may follow."""
+    """At that frame the runner only opens or closes its socket to the JVM: cut there, it is the
+    closed pipe of a stopped query, whose exception line may follow."""
     lines = [*_source_runner_cut_at(_runner_socket_line()), "BrokenPipeError: [Errno 32] Broken pipe"]
     quiet = JvmOutput(quiet=True)
     out = [o for line in lines for o in quiet.feed(line + "\n")]
@@ -459,10 +459,19 @@ def test_a_source_runners_traceback_cut_where_it_opens_its_socket_is_left_to_deb
     assert (logging.WARNING, lines[0]) in [o for line in lines for o in shown.feed(line)]
 
 
-def test_a_source_runners_traceback_cut_where_it_runs_its_main_is_shown() -> None:
-    """The next line calls the runner's main, which reaches the data source's reader (the
-    replicator's code): a traceback cut there may be the replicator's own."""
-    lines = _source_runner_cut_at(_runner_socket_line() + 1)
+@pytest.mark.parametrize(
+    ("at", "runner"),
+    [
+        ("its main", None),
+        ("a runner that cannot be read", "/nowhere/pyspark/sql/streaming/python_streaming_source_runner.py"),
+    ],
+)
+def test_a_source_runners_traceback_cut_elsewhere_is_shown(at: str, runner: str | None) -> None:
+    """The line after the socket's calls the runner's main, which reaches the data source's
+    reader (the replicator's code): a traceback cut there may be the replicator's own. So may
+    one whose runner's line cannot be read."""
+    line = _runner_socket_line() + (1 if runner is None else 0)
+    lines = _source_runner_cut_at(line, runner)
     quiet = JvmOutput(quiet=True)
     out = [o for line in lines for o in quiet.feed(line)]
     assert out[0] == (logging.WARNING, lines[0]) and (logging.WARNING, lines[-3]) in out
