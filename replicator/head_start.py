@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from replicator.live_mark import MarkPacer
 from replicator.spark.sink import SinkClosed
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ class HeadStart:
     def _run(self) -> None:
         readers: dict[StreamReplication, Iterator[list[Any]]] = {}
         copied: dict[StreamReplication, int] = {}
+        marks = {r: self._pacer(r) for r in self.replications}
         began = time.monotonic()
         try:
             for r in self.replications:
@@ -112,14 +114,17 @@ class HeadStart:
                 for r, chunks in list(readers.items()):
                     if self._done():
                         break
+                    marks[r].note()  # the last chunk's acks that came while the others were read
                     if not self._copy_one(r, chunks, copied):
                         del readers[r]
+                    marks[r].note()
         finally:
             for chunks in readers.values():
                 with contextlib.suppress(Exception):
                     chunks.close()  # type: ignore[attr-defined]
             for r, n in copied.items():
                 self._settle(r, n, time.monotonic() - began)
+                marks[r].note(force=True)  # the floor holds only acknowledged copies, settled or not
 
     def _ahead(self, r: StreamReplication) -> tuple[int, int] | None:
         try:
@@ -145,6 +150,17 @@ class HeadStart:
         except Exception as e:  # the query's start meets the same, and reports it its way
             r.log.warning("copying ahead stopped: %s", e)
             return False
+
+    @staticmethod
+    def _pacer(r: StreamReplication) -> MarkPacer:
+        """How far the target acknowledged the copies ahead, written as they go (the live
+        mark): a start after a kill -9 may not find them in the target's tail, and Spark's
+        checkpoint has not moved meanwhile."""
+
+        def failed(e: Exception) -> None:
+            r.log.warning("the mark of the copies ahead was not written (%s)", e)
+
+        return MarkPacer(lambda: r.sink.floor if r.sink else 0, r.note_live_progress, failed)
 
     def _settle(self, r: StreamReplication, read: int, seconds: float) -> None:
         try:

@@ -25,6 +25,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from replicator.live_mark import MarkPacer
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.connect import open_connection
 from replicator.nats.doorbell import Doorbell, DoorbellRefused, bell_subjects
@@ -59,8 +60,6 @@ RESTART_MAX_S = 30.0
 # At most this many new messages are read in the same trip to the connection's loop as the
 # stream's last sequence (_look); more are read a chunk at a time by _copy.
 FEW_MESSAGES = 256
-# The live mark (replicator.live_mark) is written at most this often while copying.
-MARK_EVERY_S = 0.2
 
 
 def _stored_bytes(m: RawMessage) -> int:
@@ -86,9 +85,7 @@ class LiveCopier:
         self._bell: Doorbell | None = None
         self._subjects: list[str] = []
         self._bell_refused = False
-        self._marked = 0  # the floor last written to the live mark
-        self._marked_at = 0.0
-        self._mark_failed = False
+        self._mark = MarkPacer(lambda: r.sink.floor if r.sink else 0, r.note_live_progress, self._mark_failed)
         self.copied = 0  # messages published live (cut to above the target's copies)
 
     def start(self) -> None:
@@ -167,20 +164,11 @@ class LiveCopier:
     def _note_progress(self, force: bool = False) -> None:
         """Write the live mark (replicator.live_mark) when the target's acknowledged copies
         moved on, at most every MARK_EVERY_S unless `force`."""
-        r = self.r
-        assert r.sink is not None
-        now = time.monotonic()
-        if r.sink.floor <= self._marked or (not force and now - self._marked_at < MARK_EVERY_S):
-            return
-        try:
-            self._marked = max(self._marked, r.note_live_progress())
-        except OSError as e:
-            if not self._mark_failed:
-                r.log.warning("the live copies' mark was not written (%s); a start resumes after the "
-                              "target's last copy and the checkpoint only", e)  # fmt: skip
-            self._mark_failed = True
-            return
-        self._marked_at, self._mark_failed = now, False
+        self._mark.note(force)
+
+    def _mark_failed(self, e: Exception) -> None:
+        self.r.log.warning("the live copies' mark was not written (%s); a start resumes after the "
+                           "target's last copy and the checkpoint only", e)  # fmt: skip
 
     def _copy_until_stopped(self) -> None:
         r = self.r

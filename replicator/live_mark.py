@@ -6,10 +6,11 @@ start finds where the copies end from the target's tail, but that can miss them 
 stored 10,000 messages since, or the target dropped them by its limits): it would resume from
 the checkpoint and, after the target's duplicate window, store those copies again. So the live
 copies write here the highest source sequence the target has acknowledged, with what it was
-acknowledged by: the source stream's and the target stream's creation, and the target's sequence
-then. A start resumes after it only for the same two streams, a target not emptied and not
-shorter than it was then: a target deleted, recreated or restored since gets what the
-checkpoint says, as before.
+acknowledged by: the source stream's and the target stream's creation, and where one of our
+copies was stored then (its target and source sequences). A start resumes after it only for the
+same two streams, a target not emptied that still holds that copy there (the caller reads it):
+a target deleted, recreated or restored since without it gets what the checkpoint says, as
+before, even when other writers have since taken its sequence past the mark's.
 """
 
 from __future__ import annotations
@@ -17,8 +18,13 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+# The mark is written at most this often while copies are acknowledged.
+MARK_EVERY_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -27,13 +33,15 @@ class LiveMark:
     source_created_us: int
     target_stream: str
     target_created_us: int
-    target_seq: int = 0  # a target sequence known stored then (0: none known, never kept to)
+    target_seq: int = 0  # where one of our copies was stored then (0: none known, never kept to)
+    copy_seq: int = 0  # that copy's source sequence (0: a mark of an earlier version, never kept to)
 
     def holds_for(self, source_created_us: int, target_stream: str, target_info: object) -> bool:
-        """Whether a start may keep to it: the same source stream, and the same target stream
-        (name and creation; a restore keeps the creation, so also) holding messages and reaching
-        at least the sequence it had then. A target whose limits removed all its messages does
-        not hold: the start resumes from the checkpoint, as before marks."""
+        """Whether a start may keep to it, as far as the streams' info says: the same source
+        stream, and the same target stream (name and creation; a restore keeps the creation, so
+        also) holding messages and reaching at least the sequence of the copy named. A target
+        whose limits removed all its messages does not hold: the start resumes from the
+        checkpoint, as before marks. The caller then checks that copy is still there."""
         state = getattr(target_info, "state", None)
         created = _created_us(target_info)
         return bool(
@@ -43,6 +51,7 @@ class LiveMark:
             and self.target_created_us == created
             and self.target_stream == target_stream
             and self.target_seq > 0
+            and self.copy_seq > 0
             and state is not None
             and int(state.messages) > 0
             and int(state.last_seq) >= self.target_seq
@@ -73,6 +82,35 @@ def read_live_mark(path: Path) -> LiveMark | None:
             target_stream=str(doc["target_stream"]),
             target_created_us=int(doc["target_created_us"]),
             target_seq=int(doc.get("target_seq") or 0),
+            copy_seq=int(doc.get("copy_seq") or 0),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+class MarkPacer:
+    """Writes an entry's mark (`write`: the sequence written, 0 for none) once the target's
+    acknowledged copies (`floor`) moved past the last one written, at most every MARK_EVERY_S
+    unless forced. A write that fails is reported (`failed`) once until one succeeds: the copies
+    go on, and a start without the mark resumes as it did before marks."""
+
+    def __init__(
+        self, floor: Callable[[], int], write: Callable[[], int], failed: Callable[[Exception], None]
+    ) -> None:
+        self._floor, self._write, self._failed = floor, write, failed
+        self._marked = 0  # the floor last written
+        self._marked_at = 0.0
+        self._failing = False
+
+    def note(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self._floor() <= self._marked or (not force and now - self._marked_at < MARK_EVERY_S):
+            return
+        try:
+            self._marked = max(self._marked, self._write())
+        except Exception as e:  # a full disk, say: never an end to the copies
+            if not self._failing:
+                self._failed(e)
+            self._failing = True
+            return
+        self._marked_at, self._failing = now, False

@@ -47,6 +47,7 @@ from replicator.nats.jetstream import (
     ensure_target_stream,
     find_last_copied,
     go_source_initiated_consumer,
+    holds_copy,
     last_sequence,
     stream_info,
     wait_for_stream,
@@ -93,6 +94,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from replicator.nats.client import ReplicatorClient
+
 
 # An election whose connection was refused for good (say, credentials revoked) asks again this often.
 ELECTION_RECONNECT_S = 30.0
@@ -123,10 +126,14 @@ class StreamReplication:
         # Whether a doorbell can ring for the source's new messages (replicator.nats.doorbell).
         self._source_rings = False
         self._said_why_not_live = False  # the query copies: said once, not at each of its starts
+        # The mark is written from the copies ahead's, the live copies' and the stopping thread:
+        # one at a time, each reading the floor as it writes, so a later write is never lower.
+        self._mark_lock = threading.Lock()
         # The source stream's creation (µs) as prepare() found it: a stream deleted and created
         # again is another stream, whose sequences a checkpoint of the old one does not cover.
         self._source_created_us = 0
         self._target_info: Any = None  # the target stream's info as prepare() found it
+        self._live_mark: tuple[LiveMark, bool] | None = None  # the last run's, and whether its copy is held
         self.small_batches: SmallBatchReader | None = None  # a copy's driver-side reads
         self.live: LiveCopier | None = None  # copies made beside the query (copy_live)
         # Choria's state file this query's first batch was seeded from (and the checkpoint's
@@ -207,17 +214,25 @@ class StreamReplication:
                 info.state.last_seq,
             )
             floor = 0
-        if s.order == "stream" and not s.sampling and not s.leader_election_name:
+        if self._live_mark is not None:
             # The last run's live copies may have gone further than the tail shows (another
             # writer's messages since, the target's limits): never publish at or below them.
-            mark = read_live_mark(live_mark_path(self.cfg, s))
-            if (
-                mark is not None
-                and floor < mark.seq <= info.state.last_seq
-                and mark.holds_for(created_us(info), s.target_stream, self._target_info)
+            mark, copy_held = self._live_mark
+            if floor < mark.seq <= info.state.last_seq and mark.holds_for(
+                created_us(info), s.target_stream, self._target_info
             ):
-                self.log.info("the last run's live copies reached source sequence %d", mark.seq)
-                floor = mark.seq
+                if copy_held:
+                    self.log.info("the last run's live copies reached source sequence %d", mark.seq)
+                    floor = mark.seq
+                else:
+                    self.log.info(
+                        "the last run's copies reached source sequence %d, but the target no longer holds "
+                        "our copy of source sequence %d at its sequence %d (restored from a backup, or "
+                        "removed by its limits): resuming from the checkpoint and the last copy found",
+                        mark.seq,
+                        mark.copy_seq,
+                        mark.target_seq,
+                    )
         if floor and s.order == "subject":
             # Lanes publish side by side: the target's last copy says nothing of the other
             # lanes. The checkpoint says where to resume; Nats-Msg-Id drops what is there.
@@ -282,9 +297,24 @@ class StreamReplication:
             )
             owner = self.copy_owner(info)
             found = await find_last_copied(target, s.target_stream, owner) or 0
+            self._live_mark = await self._looked_up_live_mark(target, owner)
             return owner, found
         finally:
             await target.close()
+
+    async def _looked_up_live_mark(
+        self, target: ReplicatorClient, owner: CopyOwner
+    ) -> tuple[LiveMark, bool] | None:
+        """The last run's live mark (an entry that writes one), and whether the target still
+        holds the copy it names where it names it: a target restored from a backup taken
+        before that copy does not, even once other writers took it past the mark's sequence."""
+        s = self.s
+        if s.order != "stream" or s.sampling or s.leader_election_name or self._target_info is None:
+            return None
+        mark = read_live_mark(live_mark_path(self.cfg, s))
+        if mark is None or not mark.copy_seq:
+            return None
+        return mark, await holds_copy(target, self._target_info, mark.target_seq, owner, mark.copy_seq)
 
     def copy_owner(self, info: Any) -> CopyOwner:
         """Which copies in the target are this entry's (headers.CopyOwner), given the source
@@ -652,19 +682,30 @@ class StreamReplication:
     def note_live_progress(self) -> int:
         """Write how far the target acknowledged this entry's copies (replicator.live_mark), for
         a start that cannot see it in the target's tail: the sequence written (0: none)."""
+        with self._mark_lock:
+            return self._write_live_mark()
+
+    def _write_live_mark(self) -> int:
         if (
             self.sink is None
             or self._target_info is None
             or not self.sink.floor
-            or not self.sink.known_target_seq
+            or self.sink.known_copy is None
         ):
             return 0  # nothing that a start could check the target against
+        floor = self.sink.floor
+        # Read after the floor: the copy the sink knows of last is then one stored after every
+        # copy the floor covers (it notes a copy before its floor moves past it).
+        known = self.sink.known_copy
+        assert known is not None
+        copy_seq, target_seq = known
         mark = LiveMark(
-            seq=self.sink.floor,
+            seq=floor,
             source_created_us=self._source_created_us,
             target_stream=self.s.target_stream,
             target_created_us=created_us(self._target_info),
-            target_seq=self.sink.known_target_seq,
+            target_seq=target_seq,
+            copy_seq=copy_seq,
         )
         write_live_mark(live_mark_path(self.cfg, self.s), mark)
         return mark.seq

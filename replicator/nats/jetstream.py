@@ -329,6 +329,23 @@ async def find_last_copied(
     return None
 
 
+async def holds_copy(
+    target: ReplicatorClient, info: StreamInfo, seq: int, owner: CopyOwner, source_seq: int
+) -> bool:
+    """Whether message `seq` of the target stream `info` describes (as read now) is `owner`'s
+    copy of source sequence `source_seq`: False when it is gone or another message."""
+    if not info.state.first_seq <= seq <= info.state.last_seq:
+        return False
+    async for chunk in read_chunks(
+        target, info.config.name or "", seq, seq + 1, direct=bool(info.config.allow_direct)
+    ):
+        return any(
+            mark.sequence == source_seq and owner.owns(mark, msg_id)
+            for mark, msg_id in _marks([m for m in chunk if m.seq == seq])
+        )
+    return False
+
+
 def _marks(msgs: list[RawMessage]) -> list[tuple[SourceMark, str | None]]:
     """(Choria-SR-Source, Nats-Msg-Id) of each message that has the former."""
     out = []

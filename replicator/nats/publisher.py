@@ -64,6 +64,10 @@ class PublishOutcome:
     stored: int = 0
     # A fast batch's: the stream sequence its final ack names (0: none, or not a fast batch).
     last_seq: int = 0
+    # The last message (by index) an ack said was stored, and the stream sequence it named
+    # (-1 and 0: none; not for fast batches): where one of the copies is known to be.
+    top_index: int = -1
+    top_seq: int = 0
 
     def first_failure(self) -> Refusal | None:
         return min(self.failures, key=lambda r: r.index) if self.failures else None
@@ -107,6 +111,7 @@ class _Batch:
         # A fast batch ended without the server's final ack (an error it may not end the batch
         # on): where its copies end is read from the target's tail.
         self.inexact = False
+        self.top: tuple[int, bytes] = (-1, b"")  # the last stored message's ack
         self.outcome = PublishOutcome()
         self.room = asyncio.Event()
         self.room.set()
@@ -140,6 +145,8 @@ class _Batch:
                 o.duplicates += 1
             if self.seqs is not None:
                 self.seqs[index] = ack_seq(data)
+            if index > self.top[0]:
+                self.top = (index, data)  # its sequence read once, when the batch ends
             # A sparse ack that says stored vouches for the messages before it (the chain).
             self.stored = max(self.stored, index + 1) if self.sparse else self.stored + 1
         self.acked = max(self.acked, index + 1) if self.sparse else self.acked + 1
@@ -186,7 +193,8 @@ class _Batch:
                 o.duplicates += 1
             if reply.get("stream") != self.stream:
                 o.failures.append(Refusal(index, f"stored in stream {reply.get('stream')}"))
-            o.last_seq = int(reply.get("seq", 0))
+            else:
+                o.last_seq = int(reply.get("seq", 0))
             self._fast_end(int(reply.get("count", 0)))
 
     def _fast_stored(self, count: int) -> None:
@@ -351,4 +359,6 @@ class PipelinedPublisher:
             self._batch = None
             self.landed += batch.stored
             batch.outcome.stored = batch.stored
+        if batch.top[0] >= 0:
+            batch.outcome.top_index, batch.outcome.top_seq = batch.top[0], ack_seq(batch.top[1])
         return batch.outcome

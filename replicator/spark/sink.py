@@ -315,7 +315,7 @@ class OrderedSink:
         self._tail: tuple[str, int] | None = None
         # The highest target sequence known stored (the tail as last read, or our last copy's
         # once acknowledged): a stream's last sequence never goes down (replicator.live_mark).
-        self._stored_target_seq = 0
+        self._known_copy: tuple[int, int] | None = None
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
         self.totals = BatchResult()
         self.batches = 0  # handled (published or skipped) since this process started
@@ -488,13 +488,17 @@ class OrderedSink:
                 self._pending = None
 
     @property
-    def known_target_seq(self) -> int:
-        """The highest target sequence known stored (its last message when last looked at, or
-        our last copy's once acknowledged); 0 when none is known yet."""
-        return self._stored_target_seq
+    def known_copy(self) -> tuple[int, int] | None:
+        """The last of this entry's copies known stored in the target (its tail as read, or
+        the last an attempt's acks said was stored): (its source sequence, its target sequence);
+        None when none is known yet. A target that still holds it holds every copy stored
+        before it: a copy the floor covers was noted here before the floor moved past it."""
+        return self._known_copy
 
-    def _note_stored(self, target_seq: int) -> None:
-        self._stored_target_seq = max(self._stored_target_seq, target_seq)
+    def _note_copy(self, source_seq: int, target_seq: int) -> None:
+        # By target sequence: a copy published again after a gap is stored after higher ones.
+        if target_seq > 0 and (self._known_copy is None or target_seq > self._known_copy[1]):
+            self._known_copy = (source_seq, target_seq)
 
     def still_publishing(self) -> bool:
         """Whether a background publish has not ended yet."""
@@ -660,7 +664,6 @@ class OrderedSink:
         if self.shared_target or self._tail is not None:
             return
         self._tail, ours = await self._target_tail(nc)
-        self._note_stored(self._tail[1])
         if not ours and by_sequence and await self._target_moving(nc, self._tail[1]):
             # Someone else's message is last and others are still being stored: another writer,
             # found before chaining. On a clustered target a chain by sequence would not stop at
@@ -715,6 +718,16 @@ class OrderedSink:
         or another attempt and from where, or the batch fails (PublishError)."""
         seqs = copies.seqs
         first = outcome.first_failure()
+        # Where one of these copies is stored, for the live mark (a start checks the target
+        # still holds it there): the last an ack said was stored, or a fast batch's last.
+        if outcome.top_seq:
+            self._note_copy(seqs[start + outcome.top_index], outcome.top_seq)
+        elif (
+            first is None
+            and chain is not None
+            and outcome.last_seq == chain[1] + outcome.published > chain[1]
+        ):
+            self._note_copy(seqs[start + outcome.published - 1], outcome.last_seq)
         if first is None and outcome.last_seq and chain is not None:
             expected = chain[1] + outcome.published
             if outcome.last_seq != expected:
@@ -742,7 +755,6 @@ class OrderedSink:
         if first is None:
             if chain is not None and copies.last_id and not outcome.duplicates:
                 self._tail = (copies.last_id, chain[1] + outcome.published)  # each took the next sequence
-                self._note_stored(self._tail[1])
             if copies.held:
                 raise PublishError(f"{copies.held}; nothing after it is copied until then")
             return Settled.DONE
@@ -768,7 +780,6 @@ class OrderedSink:
         """Where our copies in the target end (the floor), after a chained copy was refused;
         a tail that is not our copy means someone else writes there: chaining stops."""
         self._tail, ours = await self._target_tail(nc)
-        self._note_stored(self._tail[1])
         if not ours:
             self._another_writer()
 
@@ -806,6 +817,7 @@ class OrderedSink:
         mark = parse_source_header(first_value(last.headers, SOURCE_HEADER))
         ours = s.owner.owns(mark, first_value(last.headers, MSG_ID_HEADER))
         if mark is not None and ours:
+            self._note_copy(mark.sequence, last.seq)
             self.handled_up_to(mark.sequence)
         return (first_value(last.headers, MSG_ID_HEADER) or "", last.seq), ours
 

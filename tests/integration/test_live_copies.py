@@ -181,26 +181,46 @@ def test_a_kill_9_among_live_copies_then_a_restart_gives_an_exact_copy(tmp_path:
         assert "left in flight" in rep.output(10**9), "the kill fell among live copies in flight"
 
 
+@pytest.mark.parametrize("chain", [True, False], ids=["chained", "unchained"])
 @pytest.mark.parametrize("servers", [1, 3], ids=["single", "r3"])
 def test_a_restart_after_live_copies_the_target_no_longer_shows_publishes_none_again(
-    tmp_path: Path, servers: int
+    tmp_path: Path, servers: int, chain: bool
 ) -> None:
     """Copied live, the target runs ahead of Spark's checkpoint. A start finds our last copy in
     the target's tail, but not once another writer has stored 10,000 messages after it; past
-    the target's duplicate window, resuming from the checkpoint would store copies again."""
+    the target's duplicate window, resuming from the checkpoint would store copies again.
+    Unchained too (`chain_copies: false`, as for a target others write to): its acks were not
+    taken as a target sequence known stored, so no mark was written and the copies went again."""
     from nats_servers import nats_cluster
 
     with nats_cluster(servers, "source") as source, nats_cluster(servers, "target") as target:
-        _restart_after_live_copies_past_the_duplicate_window(source.url, target.url, servers, tmp_path)
+        _restart_after_live_copies_past_the_duplicate_window(source.url, target.url, servers, tmp_path, chain)
+
+
+@pytest.mark.parametrize("servers", [1, 3], ids=["single", "r3"])
+def test_the_live_copies_mark_is_not_kept_to_once_the_target_lost_the_copy_it_names(
+    tmp_path: Path, servers: int
+) -> None:
+    """The mark names one of our copies and where the target stored it. A target that no longer
+    holds it there (restored from a backup taken before it, its sequence since taken past the
+    mark's by other writers; here the copy deleted) may lack copies the mark covers: the start
+    resumes from the checkpoint instead, storing some copies twice rather than losing any."""
+    from nats_servers import nats_cluster
+
+    with nats_cluster(servers, "source") as source, nats_cluster(servers, "target") as target:
+        _restart_after_live_copies_past_the_duplicate_window(
+            source.url, target.url, servers, tmp_path, chain=True, lose_marked_copy=True
+        )
 
 
 def _restart_after_live_copies_past_the_duplicate_window(
-    src: str, dst: str, servers: int, tmp_path: Path
+    src: str, dst: str, servers: int, tmp_path: Path, chain: bool, lose_marked_copy: bool = False
 ) -> None:
     run(create_stream(src, "ORDERS", ["orders.>"], num_replicas=servers))
     run(create_stream(dst, "ORDERS", ["orders.>", "other.>"], duplicate_window=1.0, num_replicas=servers))
     # Batches of at most 1,000: the query's checkpoint surely lags the live copies at the stop.
-    cfg = write_config(tmp_path / "sr.yaml", "dc1", [_entry(src, dst, batch_max_messages=1_000)])
+    entry = _entry(src, dst, batch_max_messages=1_000, chain_copies=chain)
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
     rep = start_replicator(cfg)
     try:
         rep.wait_ready(SLOW_S)
@@ -214,9 +234,11 @@ def _restart_after_live_copies_past_the_duplicate_window(
     recorded = committed_end(open_checkpoint(str(ckpt), None)) or 0
     assert recorded < 30_001, "the checkpoint had caught up with the target: nothing here was tested"
     mark = read_live_mark(ckpt.parent / "live-copied.json")
-    assert mark is not None and mark.seq == 30_000 and mark.target_seq >= 30_000, mark
+    assert mark is not None and mark.seq == mark.copy_seq == 30_000 and mark.target_seq >= 30_000, mark
     # Another writer buries our last copy; the duplicate window passes.
     run(publish(dst, [(f"other.{i}", b"theirs", None) for i in range(10_001)]))
+    if lose_marked_copy:
+        run(_delete_message(dst, "ORDERS", mark.target_seq))
     time.sleep(2.0)  # the server drops its ids a moment after the window
     run(publish(src, [(f"orders.{i % 13}", registration(i, 200), None) for i in range(30_000, 30_100)]))
     rep = start_replicator(cfg)
@@ -226,8 +248,22 @@ def _restart_after_live_copies_past_the_duplicate_window(
     finally:
         assert rep.stop() == 0, rep.output()
     ours = [seq for seq in copied_source_sequences(dst, "ORDERS") if seq > 0]  # -1: theirs
+    if lose_marked_copy:
+        assert sorted(set(ours)) == list(range(1, 30_101)), "every copy there, the lost one again"
+        assert f"no longer holds our copy of source sequence 30000 at its sequence {mark.target_seq}" in (
+            rep.output(10**9)
+        )
+        return
     assert ours == list(range(1, 30_101)), f"{len(ours) - 30_100} copies stored again"
     assert "the last run's live copies reached source sequence 30000" in rep.output(10**9)
+
+
+async def _delete_message(url: str, stream: str, seq: int) -> None:
+    nc = await nats.connect(url.split(","))
+    try:
+        await nc.jetstream().delete_msg(stream, seq)
+    finally:
+        await nc.close()
 
 
 @pytest.mark.parametrize("servers", [1, 3], ids=["single", "r3"])

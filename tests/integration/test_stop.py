@@ -14,7 +14,9 @@ import pytest
 from helpers import (
     SLOW_S,
     Replicator,
+    checkpoints_in,
     copied_source_sequences,
+    create_stream,
     orders_backlog,
     publish,
     registration,
@@ -23,6 +25,7 @@ from helpers import (
     tree,
     url_port,
     wait_for,
+    wait_handled,
 )
 
 from harness.faultproxy import FaultProxy
@@ -31,6 +34,7 @@ from replicator.config import load_config
 from replicator.entry_files import inflight_path, live_mark_path
 from replicator.live_mark import read_live_mark
 from replicator.runner import STOP_DEADLINE_S
+from replicator.spark.checkpoint import committed_end, open_checkpoint
 
 pytestmark = pytest.mark.integration
 
@@ -251,3 +255,55 @@ def test_a_stop_while_spark_starts_lets_the_chunk_copied_ahead_get_its_acks(
     assert not inflight_path(loaded, entry).exists(), inflight_path(loaded, entry).read_text()
     mark = read_live_mark(live_mark_path(loaded, entry))
     assert mark is not None and mark.seq == stored, (mark, stored)
+
+
+def test_a_kill_after_copying_ahead_leaves_a_mark_of_the_copies_acknowledged(
+    source_like_target, target_of_each_kind, tmp_path: Path
+) -> None:
+    """Copied ahead while Spark starts (not a first start: its checkpoint holds batches), the
+    target holds copies Spark's checkpoint knows nothing of. A kill -9 then, another writer
+    burying our last copy under 10,000 messages, and the target's duplicate window passing: the
+    next start did not find the copies in the target's tail, resumed from the last stop's mark
+    and stored every copy made ahead again. The copies ahead now write the mark as their acks
+    come. Single servers, and 3-server clusters with R3 streams."""
+    src = source_like_target.url
+    target, replicas = target_of_each_kind
+    dst = target.url
+    run(create_stream(dst, "ORDERS", ["orders.>", "other.>"], duplicate_window=1.0, num_replicas=replicas))
+    cfg, n = orders_backlog(
+        src, dst, tmp_path, 2_000, batch_max_messages=2_000, copy_ahead=True, replicas=replicas
+    )
+    rep = start_replicator(cfg)  # a first run: the query's checkpoint then holds its batches
+    try:
+        rep.wait_ready(SLOW_S)
+        run(publish(src, [(f"orders.{i % 13}", registration(i), None) for i in range(n, n + 100)]))
+        n += 100  # for the query to read, once its start is past the copies made ahead
+        wait_for(lambda: _committed(tmp_path) >= n, SLOW_S, "the query's batches recorded", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    more = 20_000
+    run(publish(src, [(f"orders.{i % 13}", registration(i), None) for i in range(n, n + more)]))
+    with starting_slowly(cfg, tmp_path) as (rep, launch):
+        ahead = f"read {more} messages ahead of the query"
+        wait_for(lambda: ahead in rep.output(10**9), SLOW_S, "the copies made ahead, acknowledged", rep)
+        assert "Spark started" not in rep.output(10**9)  # still starting: the case under test
+        launch.update(tree(rep.proc.pid))
+        time.sleep(1.0)
+        rep.kill9()
+    assert run(count(dst, "ORDERS")) == n + more, "each copy ahead stored once before the kill"
+    run(publish(dst, [(f"other.{i}", b"theirs", None) for i in range(10_001)]))  # our last copy buried
+    time.sleep(2.0)  # past the duplicate window: the server drops its ids a moment after it
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_handled(rep, src, "ORDERS")
+    finally:
+        assert rep.stop() == 0, rep.output()
+    ours = [seq for seq in copied_source_sequences(dst, "ORDERS") if seq > 0]  # -1: theirs
+    assert ours == list(range(1, n + more + 1)), f"{len(ours) - n - more} copies stored again"
+
+
+def _committed(tmp_path: Path) -> int:
+    """The last source sequence the query's checkpoint records as handled (0: none yet)."""
+    found = checkpoints_in(tmp_path / "state")
+    return (committed_end(open_checkpoint(str(found[0]), None)) or 1) - 1 if found else 0

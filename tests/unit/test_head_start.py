@@ -34,7 +34,16 @@ class _Entry:
         self.log = logging.getLogger(name)
         self.copied: list[int] = []
         self.settled = 0
-        self.sink = None
+        self.sink = self  # its floor: the last copy, acknowledged as it is made
+        self.marks: list[int] = []
+
+    @property
+    def floor(self) -> int:
+        return self.copied[-1] if self.copied else 0
+
+    def note_live_progress(self) -> int:
+        self.marks.append(self.floor)
+        return self.floor
 
     def can_copy_ahead(self) -> bool:
         return self.eligible
@@ -67,6 +76,9 @@ def test_each_entry_copies_its_range_in_order_and_settles_once() -> None:
     assert a.copied == list(range(1, 36)) and b.copied == list(range(5, 25))
     assert skipped.copied == empty.copied == []
     assert (a.settled, b.settled, skipped.settled, empty.settled) == (1, 1, 0, 0)
+    # How far the target acknowledged them is marked as they go, and once more when settled.
+    assert a.marks[-1] == 35 and b.marks[-1] == 24, (a.marks, b.marks)
+    assert a.marks == sorted(set(a.marks)) and skipped.marks == empty.marks == []
 
 
 def test_a_failed_chunk_ends_that_entry_only_and_a_stop_ends_all_after_the_chunk_in_hand() -> None:

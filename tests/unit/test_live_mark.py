@@ -4,11 +4,12 @@ mark lets it skip nothing."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-from replicator.live_mark import LiveMark, read_live_mark, write_live_mark
+from replicator.live_mark import MARK_EVERY_S, LiveMark, MarkPacer, read_live_mark, write_live_mark
 
 SOURCE_US = 1_700_000_000_000_000
 TARGET_US = 1_700_000_100_000_000
@@ -21,7 +22,12 @@ def target(created_us: int = TARGET_US, messages: int = 500, last_seq: int = 900
 
 
 MARK = LiveMark(
-    seq=1_234, source_created_us=SOURCE_US, target_stream="T", target_created_us=TARGET_US, target_seq=800
+    seq=1_234,
+    source_created_us=SOURCE_US,
+    target_stream="T",
+    target_created_us=TARGET_US,
+    target_seq=800,
+    copy_seq=1_230,
 )
 
 
@@ -30,7 +36,7 @@ def test_a_mark_is_read_back_whole(tmp_path: Path) -> None:
     assert read_live_mark(path) is None
     write_live_mark(path, MARK)
     assert read_live_mark(path) == MARK
-    later = LiveMark(1_300, SOURCE_US, "T", TARGET_US, 870)
+    later = LiveMark(1_300, SOURCE_US, "T", TARGET_US, 870, 1_300)
     write_live_mark(path, later)  # replaced whole, never appended
     assert read_live_mark(path) == later
     assert not list(tmp_path.glob("*.tmp"))
@@ -47,6 +53,8 @@ def test_a_mark_holds_only_for_the_same_streams_and_a_target_that_kept_its_copie
     assert not MARK.holds_for(SOURCE_US, "T", None)  # not looked at
     unknown = LiveMark(1_234, SOURCE_US, "T", TARGET_US, target_seq=0)
     assert not unknown.holds_for(SOURCE_US, "T", target())  # no target sequence to check against
+    earlier = LiveMark(1_234, SOURCE_US, "T", TARGET_US, target_seq=800)
+    assert not earlier.holds_for(SOURCE_US, "T", target())  # an earlier version's: no copy to look for
     assert not LiveMark(1_234, 0, "T", TARGET_US).holds_for(0, "T", target())  # creations not known
     assert not LiveMark(1_234, SOURCE_US, "T", 0).holds_for(SOURCE_US, "T", target(created_us=0))
 
@@ -56,3 +64,35 @@ def test_a_damaged_mark_is_none(tmp_path: Path) -> None:
     for damaged in ("", "{", '{"seq": "x"}', '{"seq": 1, "source_created_us": 1}', "[1]"):
         path.write_text(damaged)
         assert read_live_mark(path) is None, damaged
+
+
+def test_the_mark_is_written_as_the_floor_moves_at_most_so_often_and_a_failure_said_once() -> None:
+    floor, written, failures = [0], [], []
+    failing = [False]
+
+    def write() -> int:
+        if failing[0]:
+            raise OSError("disk full")
+        written.append(floor[0])
+        return floor[0]
+
+    pacer = MarkPacer(lambda: floor[0], write, failures.append)
+    pacer.note()
+    assert written == []  # nothing acknowledged yet
+    floor[0] = 10
+    pacer.note()
+    floor[0] = 20
+    pacer.note()  # too soon after the last
+    assert written == [10]
+    pacer.note(force=True)
+    assert written == [10, 20]
+    pacer.note(force=True)
+    assert written == [10, 20]  # the floor has not moved
+    failing[0], floor[0] = True, 30
+    pacer.note(force=True)
+    pacer.note(force=True)
+    assert len(failures) == 1 and written == [10, 20]
+    failing[0] = False
+    time.sleep(MARK_EVERY_S)
+    pacer.note()
+    assert written == [10, 20, 30]
