@@ -64,8 +64,8 @@ class PublishOutcome:
     stored: int = 0
     # A fast batch's: the stream sequence its final ack names (0: none, or not a fast batch).
     last_seq: int = 0
-    # The last message (by index) an ack said was stored, and the stream sequence it named
-    # (-1 and 0: none; not for fast batches): where one of the copies is known to be.
+    # The last message (by index) an ack said was stored now (not a duplicate), and the stream
+    # sequence it named (-1 and 0: none; not for fast batches): where one of them is known to be.
     top_index: int = -1
     top_seq: int = 0
 
@@ -141,11 +141,12 @@ class _Batch:
             stream = json.loads(data).get("stream")
             o.failures.append(Refusal(index, f"stored in stream {stream}"))
         else:
-            if b'"duplicate"' in data and json.loads(data).get("duplicate"):
+            duplicate = b'"duplicate"' in data and bool(json.loads(data).get("duplicate"))
+            if duplicate:
                 o.duplicates += 1
             if self.seqs is not None:
                 self.seqs[index] = ack_seq(data)
-            if index > self.top[0]:
+            if index > self.top[0] and not duplicate:  # a duplicate's names an earlier message
                 self.top = (index, data)  # its sequence read once, when the batch ends
             # A sparse ack that says stored vouches for the messages before it (the chain).
             self.stored = max(self.stored, index + 1) if self.sparse else self.stored + 1

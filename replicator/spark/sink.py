@@ -316,6 +316,7 @@ class OrderedSink:
         # The highest target sequence known stored (the tail as last read, or our last copy's
         # once acknowledged): a stream's last sequence never goes down (replicator.live_mark).
         self._known_copy: tuple[int, int] | None = None
+        self._copies_unnoted = False  # the floor moved past copies stored after _known_copy
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
         self.totals = BatchResult()
         self.batches = 0  # handled (published or skipped) since this process started
@@ -350,9 +351,14 @@ class OrderedSink:
         """The highest source sequence handled: in the target, or deliberately skipped."""
         return self._floor
 
-    def handled_up_to(self, seq: int) -> None:
+    def handled_up_to(self, seq: int, copies_noted: bool = False) -> None:
         """Every source sequence up to `seq` is in the target or deliberately skipped (a batch
-        settled, a range published again, the target's last copy found at a takeover)."""
+        settled, a range published again, the target's last copy found at a takeover).
+        `copies_noted`: the copies it covers were noted (_note_copy) or none was made; if not
+        (copies found in the target, say), the last copy known may be older than some of them,
+        and none is known (no live mark is written) until a later one is noted."""
+        if seq > self._floor and not copies_noted:
+            self._copies_unnoted = True  # before the floor moves: a mark's writer reads it after
         self._floor = max(self._floor, seq)
 
     @property
@@ -446,7 +452,7 @@ class OrderedSink:
                     self._pending = pending
                 self._submitted = max(self._submitted, result.last_seq)
             else:
-                self.handled_up_to(result.last_seq)
+                self.handled_up_to(result.last_seq, copies_noted=True)  # none to publish
                 result.seconds = time.monotonic() - started
                 self.account(result)
         return result
@@ -455,8 +461,9 @@ class OrderedSink:
         outcome = await self._publish(todo)
         r.duplicates = outcome.duplicates
         # Accounted here, on the loop thread, before the future completes: whoever waits on it
-        # sees the floor and the totals already moved.
-        self.handled_up_to(r.last_seq)
+        # sees the floor and the totals already moved. Its copies were settled (and noted) by
+        # their attempts; the rows after the last are skipped ones.
+        self.handled_up_to(r.last_seq, copies_noted=True)
         r.seconds = time.monotonic() - started
         self.account(r)
         if self.inflight is not None:
@@ -491,14 +498,20 @@ class OrderedSink:
     def known_copy(self) -> tuple[int, int] | None:
         """The last of this entry's copies known stored in the target (its tail as read, or
         the last an attempt's acks said was stored): (its source sequence, its target sequence);
-        None when none is known yet. A target that still holds it holds every copy stored
-        before it: a copy the floor covers was noted here before the floor moved past it."""
-        return self._known_copy
+        None when none is known yet, or the floor has covered copies since that may have been
+        stored after it. A target that still holds it holds every copy stored before it: a copy
+        the floor covers was noted here before the floor moved past it."""
+        return None if self._copies_unnoted else self._known_copy
 
     def _note_copy(self, source_seq: int, target_seq: int) -> None:
         # By target sequence: a copy published again after a gap is stored after higher ones.
-        if target_seq > 0 and (self._known_copy is None or target_seq > self._known_copy[1]):
+        if target_seq <= 0:
+            return
+        if self._known_copy is None or target_seq > self._known_copy[1]:
             self._known_copy = (source_seq, target_seq)
+        # Stored now (an ack, the tail as read): after any copy the floor covered unnoted, which
+        # were in the target before.
+        self._copies_unnoted = False
 
     def still_publishing(self) -> bool:
         """Whether a background publish has not ended yet."""
@@ -539,8 +552,8 @@ class OrderedSink:
         if todo.num_rows:
             outcome = self.loop.run(self._publish(todo), timeout=None)
             r.duplicates = outcome.duplicates
-        # Every row of the batch is now handled (copied, or deliberately skipped).
-        self.handled_up_to(r.last_seq)
+        # Every row of the batch is now handled (copied and noted as settled, or skipped).
+        self.handled_up_to(r.last_seq, copies_noted=True)
         return r
 
     def republish(self, table: pa.Table) -> BatchResult:
@@ -719,15 +732,21 @@ class OrderedSink:
         seqs = copies.seqs
         first = outcome.first_failure()
         # Where one of these copies is stored, for the live mark (a start checks the target
-        # still holds it there): the last an ack said was stored, or a fast batch's last.
+        # still holds it there): the last an ack said was stored now (not a duplicate's, which
+        # names an earlier copy), or a fast batch's last when the chain says where it went.
+        noted = False
         if outcome.top_seq:
             self._note_copy(seqs[start + outcome.top_index], outcome.top_seq)
+            # With sparse acks, the copies after the last one stored now are vouched for, not
+            # acked: one a duplicate's ack vouched for may have been stored after it.
+            noted = outcome.exact or not outcome.duplicates
         elif (
-            first is None
-            and chain is not None
-            and outcome.last_seq == chain[1] + outcome.published > chain[1]
+            chain is not None
+            and not outcome.duplicates
+            and outcome.last_seq == chain[1] + outcome.stored > chain[1]
         ):
-            self._note_copy(seqs[start + outcome.published - 1], outcome.last_seq)
+            self._note_copy(seqs[start + outcome.stored - 1], outcome.last_seq)
+            noted = True
         if first is None and outcome.last_seq and chain is not None:
             expected = chain[1] + outcome.published
             if outcome.last_seq != expected:
@@ -751,7 +770,9 @@ class OrderedSink:
             return Settled.AGAIN_FROM_THE_TAIL_EACH_ACKED
         stored = first.index if first is not None else outcome.published
         if stored:
-            self.handled_up_to(seqs[start + stored - 1])
+            # Noted: a copy stored now, after these (its index is past theirs; a duplicate's
+            # was stored before).
+            self.handled_up_to(seqs[start + stored - 1], copies_noted=noted)
         if first is None:
             if chain is not None and copies.last_id and not outcome.duplicates:
                 self._tail = (copies.last_id, chain[1] + outcome.published)  # each took the next sequence
@@ -818,7 +839,7 @@ class OrderedSink:
         ours = s.owner.owns(mark, first_value(last.headers, MSG_ID_HEADER))
         if mark is not None and ours:
             self._note_copy(mark.sequence, last.seq)
-            self.handled_up_to(mark.sequence)
+            self.handled_up_to(mark.sequence, copies_noted=True)
         return (first_value(last.headers, MSG_ID_HEADER) or "", last.seq), ours
 
     def account(self, r: BatchResult) -> None:

@@ -78,3 +78,19 @@ def test_recorded_sequences_are_those_of_stored_messages_only() -> None:
         return b
 
     assert asyncio.run(go()).seqs == {0: 10, 2: 11}
+
+
+def test_the_last_message_stored_now_is_kept_not_a_duplicate_nor_a_refusal() -> None:
+    """Where one of a batch's messages is known stored (the live mark names it): the last an ack
+    said was stored now. A duplicate's ack names the message stored before, not this one."""
+
+    async def go() -> _Batch:
+        b = batch("T", 4)
+        b.on_ack(1, ack("T", 11), None)
+        b.on_ack(0, ack("T", 10), None)
+        b.on_ack(2, b'{"stream":"T","seq":5,"duplicate":true}', None)
+        b.on_ack(3, b'{"error":{"code":400,"err_code":10071,"description":"wrong last sequence"}}', None)
+        return b
+
+    b = asyncio.run(go())
+    assert b.top[0] == 1 and ack_seq(b.top[1]) == 11

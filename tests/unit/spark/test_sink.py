@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from replicator.aio import LoopThread
 from replicator.headers import MSG_ID_HEADER
 from replicator.nats.jetstream import TargetLimits
+from replicator.nats.publisher import PublishError, PublishOutcome, Refusal
 from replicator.nats.readers import RawMessage
 from replicator.spark.inflight import InflightRecord
 from replicator.spark.rows import to_record_batch
@@ -327,4 +329,73 @@ def test_copied_live_what_the_other_publisher_handled_after_this_read_is_not_cou
     finally:
         if sink._pending is not None:
             sink._pending.cancel()  # its target cannot be reached
+        loop.stop()
+
+
+def test_the_last_copy_known_is_none_once_the_floor_covers_copies_not_noted() -> None:
+    """The live mark names the last copy known stored, which a start looks for in the target:
+    it must have been stored after every copy the floor covers. Copies found in the target
+    (a catch-up, a gap fill's range) move the floor without saying where they are: until a
+    copy stored later is noted, no copy is known and no mark is written (found by review)."""
+    loop = LoopThread("test-sink")
+    try:
+        sink = OrderedSink(SinkSettings("nats://127.0.0.1:1", "T", "S", "dc1", "cfg", "dc1.cfg.S.1"), loop)
+        assert sink.known_copy is None
+        sink._note_copy(100, 1_000)
+        sink.handled_up_to(100, copies_noted=True)
+        assert sink.known_copy == (100, 1_000)
+        sink.handled_up_to(100)  # not past the floor: nothing covered
+        assert sink.known_copy == (100, 1_000)
+        sink.handled_up_to(150)  # copies 101-150 found in the target, where is not known
+        assert sink.floor == 150 and sink.known_copy is None
+        sink.handled_up_to(160, copies_noted=True)  # skipped rows, say: still not known
+        assert sink.known_copy is None
+        sink._note_copy(151, 1_060)  # stored now, after them
+        assert sink.known_copy == (151, 1_060)
+        sink._note_copy(120, 1_070)  # a gap's copy published again: stored last
+        assert sink.known_copy == (120, 1_070)
+        sink._note_copy(152, 1_065)  # stored before the last known one
+        assert sink.known_copy == (120, 1_070)
+    finally:
+        loop.stop()
+
+
+@pytest.mark.parametrize(
+    ("outcome", "chain", "known"),
+    [
+        # Every copy acked: the last one stored now, by its ack.
+        ({"published": 3, "stored": 3, "top_index": 2, "top_seq": 42}, None, (9, 42)),
+        # The last acked a duplicate (stored before): the one before it, which was stored after it.
+        ({"published": 3, "stored": 3, "duplicates": 1, "top_index": 1, "top_seq": 41}, None, (8, 41)),
+        # Sparse acks whose last was a duplicate: the copies it vouched for may be later ones.
+        (
+            {"published": 3, "stored": 3, "duplicates": 1, "top_index": 0, "top_seq": 40, "exact": False},
+            ("x", 39),
+            None,
+        ),
+        # Every ack a duplicate (a publish again after lost acks): none stored now.
+        ({"published": 3, "stored": 3, "duplicates": 3}, None, None),
+        # A fast batch whose final ack names the chain's place for its last copy.
+        ({"published": 3, "stored": 3, "last_seq": 42}, ("x", 39), (9, 42)),
+        # A fast batch cut short after two, its final ack where the chain puts the second.
+        ({"published": 3, "stored": 2, "last_seq": 41, "failures": [Refusal(2, "gap")]}, ("x", 39), (8, 41)),
+    ],
+    ids=["acked", "last-duplicate", "sparse-duplicate", "all-duplicates", "fast", "fast-cut-short"],
+)
+def test_a_settled_attempt_notes_a_copy_stored_after_every_one_it_covers(
+    outcome: dict[str, Any], chain: tuple[str, int] | None, known: tuple[int, int] | None
+) -> None:
+    """The floor moves past the copies the acks say were stored; the last copy known (the live
+    mark's) must be one stored after all of them, or none is known."""
+    loop = LoopThread("test-sink")
+    try:
+        sink = OrderedSink(SinkSettings("nats://127.0.0.1:1", "T", "S", "dc1", "cfg", "dc1.cfg.S.1"), loop)
+        copies = copies_of([7, 8, 9])
+        done = PublishOutcome(**outcome)
+        # A refused copy fails the attempt after the floor moved past the stored ones.
+        with contextlib.suppress(PublishError):
+            loop.run(sink._settle(None, None, copies, done, 0, chain, False), 5)  # type: ignore[arg-type]
+        assert sink.floor == 7 + done.stored - 1
+        assert sink.known_copy == known
+    finally:
         loop.stop()
