@@ -85,7 +85,11 @@ class LiveCopier:
         self._bell: Doorbell | None = None
         self._subjects: list[str] = []
         self._bell_refused = False
-        self._mark = MarkPacer(lambda: r.sink.floor if r.sink else 0, r.note_live_progress, self._mark_failed)
+        # Looked up as it writes: what `r` holds then (and a copier made only for its pauses
+        # needs none).
+        self._mark = MarkPacer(
+            lambda: r.sink.floor if r.sink else 0, lambda: r.note_live_progress(), self._mark_failed
+        )
         self.copied = 0  # messages published live (cut to above the target's copies)
 
     def start(self) -> None:
