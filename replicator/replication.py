@@ -297,23 +297,24 @@ class StreamReplication:
             )
             owner = self.copy_owner(info)
             found = await find_last_copied(target, s.target_stream, owner) or 0
-            self._live_mark = await self._looked_up_live_mark(target, owner)
+            self._live_mark = await self._looked_up_live_mark(target, owner, found, info.state.last_seq)
             return owner, found
         finally:
             await target.close()
 
     async def _looked_up_live_mark(
-        self, target: ReplicatorClient, owner: CopyOwner
+        self, target: ReplicatorClient, owner: CopyOwner, found: int, source_last: int
     ) -> tuple[LiveMark, bool] | None:
-        """The last run's live mark (an entry that writes one), and whether the target still
-        holds the copy it names where it names it: a target restored from a backup taken
-        before that copy does not, even once other writers took it past the mark's sequence."""
+        """The last run's live mark (an entry that writes one) where it goes past our last copy
+        `found` in the target's tail, and whether the target still holds the copy it names where
+        it names it: a target restored from a backup taken before that copy does not, even once
+        other writers took it past the mark's sequence."""
         s = self.s
         if s.order != "stream" or s.sampling or s.leader_election_name or self._target_info is None:
             return None
         mark = read_live_mark(live_mark_path(self.cfg, s))
-        if mark is None or not mark.copy_seq:
-            return None
+        if mark is None or not mark.copy_seq or not found < mark.seq <= source_last:
+            return None  # none, an earlier version's, or nothing it would add: not looked for
         return mark, await holds_copy(target, self._target_info, mark.target_seq, owner, mark.copy_seq)
 
     def copy_owner(self, info: Any) -> CopyOwner:
@@ -686,18 +687,14 @@ class StreamReplication:
             return self._write_live_mark()
 
     def _write_live_mark(self) -> int:
-        if (
-            self.sink is None
-            or self._target_info is None
-            or not self.sink.floor
-            or self.sink.known_copy is None
-        ):
-            return 0  # nothing that a start could check the target against
+        if self.sink is None or self._target_info is None:
+            return 0
         floor = self.sink.floor
         # Read after the floor: the copy the sink knows of last is then one stored after every
         # copy the floor covers (it notes a copy before its floor moves past it).
         known = self.sink.known_copy
-        assert known is not None
+        if not floor or known is None:
+            return 0  # nothing that a start could check the target against
         copy_seq, target_seq = known
         mark = LiveMark(
             seq=floor,

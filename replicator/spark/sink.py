@@ -313,8 +313,7 @@ class OrderedSink:
         self.shared_target = not settings.chain
         # The target's last message (its Nats-Msg-Id and sequence); None: ask it.
         self._tail: tuple[str, int] | None = None
-        # The highest target sequence known stored (the tail as last read, or our last copy's
-        # once acknowledged): a stream's last sequence never goes down (replicator.live_mark).
+        # Our last copy known stored, for the live mark (see known_copy).
         self._known_copy: tuple[int, int] | None = None
         self._copies_unnoted = False  # the floor moved past copies stored after _known_copy
         self.labels = MetricLabels(settings.source_stream, settings.replicator, settings.config_name)
