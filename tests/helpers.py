@@ -281,6 +281,30 @@ def copied_source_sequences(url: str, stream: str) -> list[int]:
     return run(copied_sequences(url, stream))
 
 
+def bury_our_last_copy(dst: str) -> None:
+    """Another writer stores 10,001 messages (`other.N`) in the target stream ORDERS after our
+    last copy, past what a start reads of its tail, then its duplicate window (1 s in these
+    tests) passes: the server drops the ids it keeps a moment after the window."""
+    run(publish(dst, [(f"other.{i}", b"theirs", None) for i in range(10_001)]))
+    time.sleep(2.0)
+
+
+def restart_until_handled(config: Path, src: str, stream: str = "ORDERS") -> ReplicatorProcess:
+    """A new start that handles everything the source stream holds now, then stops cleanly."""
+    rep = start_replicator(config)
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_handled(rep, src, stream)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    return rep
+
+
+def our_copies(dst: str, stream: str = "ORDERS") -> list[int]:
+    """The source sequences of our copies in the target, in its order (another writer's left out)."""
+    return [seq for seq in copied_source_sequences(dst, stream) if seq > 0]
+
+
 PACKAGING = Path(__file__).parents[1] / "packaging"
 
 

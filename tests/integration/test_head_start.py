@@ -7,17 +7,19 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 from helpers import (
     SLOW_S,
+    bury_our_last_copy,
     copied_source_sequences,
     create_stream,
+    our_copies,
     publish,
     registration,
+    restart_until_handled,
     run,
     run_until_handled,
     start_replicator,
@@ -179,15 +181,9 @@ def test_a_stop_while_copying_ahead_leaves_a_mark_the_next_start_keeps_to_past_t
         assert mark is not None and mark.seq == stored and mark.target_seq == stored, (mark, stored)
         # Another writer buries our last copy; the duplicate window passes (the server drops
         # the ids it keeps a moment after the window: twice as long).
-        run(publish(dst, [(f"other.{i}", b"theirs", None) for i in range(10_001)]))
-        time.sleep(2.0)
-        rep = start_replicator(cfg)
-        try:
-            rep.wait_ready(SLOW_S)
-            wait_handled(rep, src, "ORDERS")
-        finally:
-            assert rep.stop() == 0, rep.output()
-        ours = [seq for seq in copied_source_sequences(dst, "ORDERS") if seq > 0]  # -1: theirs
+        bury_our_last_copy(dst)
+        rep = restart_until_handled(cfg, src)
+        ours = our_copies(dst)
         assert ours == list(range(1, 80_001)), f"{len(ours) - 80_000} copies stored again"
         # Kept to the mark, not saved by the server's duplicate ids (their purge has no deadline).
         assert f"the last run's live copies reached source sequence {stored}" in rep.output(10**9)

@@ -17,11 +17,14 @@ import nats
 import pytest
 from helpers import (
     SLOW_S,
+    bury_our_last_copy,
     checkpoints_in,
     copied_source_sequences,
     create_stream,
+    our_copies,
     publish,
     registration,
+    restart_until_handled,
     run,
     start_replicator,
     stored_on,
@@ -235,19 +238,12 @@ def _restart_after_live_copies_past_the_duplicate_window(
     assert recorded < 30_001, "the checkpoint had caught up with the target: nothing here was tested"
     mark = read_live_mark(ckpt.parent / "live-copied.json")
     assert mark is not None and mark.seq == mark.copy_seq == 30_000 and mark.target_seq >= 30_000, mark
-    # Another writer buries our last copy; the duplicate window passes.
-    run(publish(dst, [(f"other.{i}", b"theirs", None) for i in range(10_001)]))
+    bury_our_last_copy(dst)
     if lose_marked_copy:
         run(_delete_message(dst, "ORDERS", mark.target_seq))
-    time.sleep(2.0)  # the server drops its ids a moment after the window
     run(publish(src, [(f"orders.{i % 13}", registration(i, 200), None) for i in range(30_000, 30_100)]))
-    rep = start_replicator(cfg)
-    try:
-        rep.wait_ready(SLOW_S)
-        wait_handled(rep, src, "ORDERS")
-    finally:
-        assert rep.stop() == 0, rep.output()
-    ours = [seq for seq in copied_source_sequences(dst, "ORDERS") if seq > 0]  # -1: theirs
+    rep = restart_until_handled(cfg, src)
+    ours = our_copies(dst)
     if lose_marked_copy:
         assert sorted(set(ours)) == list(range(1, 30_101)), "every copy there, the lost one again"
         assert f"no longer holds our copy of source sequence 30000 at its sequence {mark.target_seq}" in (

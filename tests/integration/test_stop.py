@@ -14,18 +14,20 @@ import pytest
 from helpers import (
     SLOW_S,
     Replicator,
+    bury_our_last_copy,
     checkpoints_in,
     copied_source_sequences,
     create_stream,
     orders_backlog,
+    our_copies,
     publish,
     registration,
+    restart_until_handled,
     run,
     start_replicator,
     tree,
     url_port,
     wait_for,
-    wait_handled,
 )
 
 from harness.faultproxy import FaultProxy
@@ -291,15 +293,9 @@ def test_a_kill_after_copying_ahead_leaves_a_mark_of_the_copies_acknowledged(
         time.sleep(1.0)
         rep.kill9()
     assert run(count(dst, "ORDERS")) == n + more, "each copy ahead stored once before the kill"
-    run(publish(dst, [(f"other.{i}", b"theirs", None) for i in range(10_001)]))  # our last copy buried
-    time.sleep(2.0)  # past the duplicate window: the server drops its ids a moment after it
-    rep = start_replicator(cfg)
-    try:
-        rep.wait_ready(SLOW_S)
-        wait_handled(rep, src, "ORDERS")
-    finally:
-        assert rep.stop() == 0, rep.output()
-    ours = [seq for seq in copied_source_sequences(dst, "ORDERS") if seq > 0]  # -1: theirs
+    bury_our_last_copy(dst)
+    restart_until_handled(cfg, src)
+    ours = our_copies(dst)
     assert ours == list(range(1, n + more + 1)), f"{len(ours) - n - more} copies stored again"
 
 
