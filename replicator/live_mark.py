@@ -10,7 +10,8 @@ acknowledged by: the source stream's and the target stream's creation, and where
 copies was stored then (its target and source sequences). A start resumes after it only for the
 same two streams, a target not emptied that still holds that copy there (the caller reads it):
 a target deleted, recreated or restored since without it gets what the checkpoint says, as
-before, even when other writers have since taken its sequence past the mark's.
+before, even when other writers have since taken its sequence past the mark's. A restore
+through the server's API gives the stream a new creation time; a restore of its files keeps it.
 """
 
 from __future__ import annotations
@@ -36,26 +37,32 @@ class LiveMark:
     target_seq: int = 0  # where one of our copies was stored then (0: none known, never kept to)
     copy_seq: int = 0  # that copy's source sequence (0: a mark of an earlier version, never kept to)
 
-    def holds_for(self, source_created_us: int, target_stream: str, target_info: object) -> bool:
-        """Whether a start may keep to it, as far as the streams' info says: the same source
-        stream, and the same target stream (name and creation; a restore keeps the creation, so
-        also) holding messages and reaching at least the sequence of the copy named. A target
-        whose limits removed all its messages does not hold: the start resumes from the
-        checkpoint, as before marks. The caller then checks that copy is still there."""
+    def not_kept_because(self, source_created_us: int, target_stream: str, target_info: object) -> str:
+        """Why a start may not keep to it, as far as the streams' info says ("": it may): it
+        needs the same source stream, and the same target stream (name and creation) holding
+        messages and reaching at least the sequence of the copy named. A target whose limits
+        removed all its messages does not hold. A restore through the server's API (2.15) gives
+        the stream a new creation time; a restore of its files keeps it: so the caller then
+        checks that the copy named is still there."""
         state = getattr(target_info, "state", None)
         created = _created_us(target_info)
-        return bool(
-            self.source_created_us
-            and self.source_created_us == source_created_us
-            and self.target_created_us
-            and self.target_created_us == created
-            and self.target_stream == target_stream
-            and self.target_seq > 0
-            and self.copy_seq > 0
-            and state is not None
-            and int(state.messages) > 0
-            and int(state.last_seq) >= self.target_seq
-        )
+        if not (self.target_seq and self.copy_seq):
+            return "it names none of our copies (written by a version before 2026-12-06)"
+        if not (self.source_created_us and source_created_us):
+            return "the source stream's creation time is not known"
+        if self.source_created_us != source_created_us:
+            return "the source stream was created again since"
+        if self.target_stream != target_stream:
+            return f"it is for target stream {self.target_stream}, the entry copies to {target_stream} now"
+        if state is None or not (self.target_created_us and created):
+            return "the target stream's creation time is not known"
+        if self.target_created_us != created:
+            return "the target stream was created again or restored from a backup since (its creation time changed)"
+        if int(state.messages) == 0:
+            return "the target stream holds no messages now"
+        if int(state.last_seq) < self.target_seq:
+            return f"the target stream ends at sequence {state.last_seq} now, before the mark's {self.target_seq}"
+        return ""
 
 
 def _created_us(info: object) -> int:

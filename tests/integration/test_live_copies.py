@@ -33,13 +33,15 @@ from helpers import (
     wait_handled,
     write_config,
 )
-from nats.js.api import StreamConfig
+from nats.js.api import StreamConfig, StreamInfo
 from nats_servers import NatsCluster
+from stream_backup import StreamBackup, backup_stream, restore_stream
 
 from harness.faultproxy import FaultProxy
 from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.live_mark import read_live_mark
+from replicator.nats.jetstream import created_us
 from replicator.spark.checkpoint import committed_end, open_checkpoint
 
 pytestmark = pytest.mark.integration
@@ -200,37 +202,52 @@ def test_a_restart_after_live_copies_the_target_no_longer_shows_publishes_none_a
         _restart_after_live_copies_past_the_duplicate_window(source.url, target.url, servers, tmp_path, chain)
 
 
+@pytest.mark.parametrize("how", ["deleted", "restored"])
 @pytest.mark.parametrize("servers", [1, 3], ids=["single", "r3"])
 def test_the_live_copies_mark_is_not_kept_to_once_the_target_lost_the_copy_it_names(
-    tmp_path: Path, servers: int
+    tmp_path: Path, servers: int, how: str
 ) -> None:
     """The mark names one of our copies and where the target stored it. A target that no longer
-    holds it there (restored from a backup taken before it, its sequence since taken past the
-    mark's by other writers; here the copy deleted) may lack copies the mark covers: the start
-    resumes from the checkpoint instead, storing some copies twice rather than losing any."""
+    holds it there may lack copies the mark covers: restored from a backup taken before them
+    (the server's own snapshot and restore), its sequence since taken past the mark's by other
+    writers; or the copy deleted. The start resumes from the checkpoint instead, storing some
+    copies twice rather than losing any."""
     from nats_servers import nats_cluster
 
     with nats_cluster(servers, "source") as source, nats_cluster(servers, "target") as target:
         _restart_after_live_copies_past_the_duplicate_window(
-            source.url, target.url, servers, tmp_path, chain=True, lose_marked_copy=True
+            source.url, target.url, servers, tmp_path, chain=True, lose_marked_copy=how
         )
 
 
 def _restart_after_live_copies_past_the_duplicate_window(
-    src: str, dst: str, servers: int, tmp_path: Path, chain: bool, lose_marked_copy: bool = False
+    src: str, dst: str, servers: int, tmp_path: Path, chain: bool, lose_marked_copy: str = ""
 ) -> None:
     run(create_stream(src, "ORDERS", ["orders.>"], num_replicas=servers))
     run(create_stream(dst, "ORDERS", ["orders.>", "other.>"], duplicate_window=1.0, num_replicas=servers))
     # Batches of at most 1,000: the query's checkpoint surely lags the live copies at the stop.
     entry = _entry(src, dst, batch_max_messages=1_000, chain_copies=chain)
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
+    backup: StreamBackup | None = None
     rep = start_replicator(cfg)
     try:
         rep.wait_ready(SLOW_S)
         wait_for(lambda: LIVE in rep.output(), SLOW_S, "copying live", rep)
+
+        def copied_live(first: int, end: int) -> None:
+            run(publish(src, [(f"orders.{i % 13}", registration(i, 200), None) for i in range(first, end)]))
+            wait_for(lambda: run(stored_on(dst, "ORDERS", "orders.>")) >= end, SLOW_S, "the live copies", rep)
+
         # 30,000 at once: copied live in seconds, recorded by the query 1,000 a second at most.
-        run(publish(src, [(f"orders.{i % 13}", registration(i, 200), None) for i in range(30_000)]))
-        wait_for(lambda: run(stored_on(dst, "ORDERS", "orders.>")) >= 30_000, SLOW_S, "the live copies", rep)
+        # To be restored, the target is backed up before the last copy: the checkpoint, behind
+        # the live copies, ends within the backup (a target restored to before the checkpoint
+        # lacks what the checkpoint says is handled, with or without a mark).
+        if lose_marked_copy == "restored":
+            copied_live(0, 29_999)
+            backup = run(backup_stream(dst, "ORDERS"))
+            copied_live(29_999, 30_000)
+        else:
+            copied_live(0, 30_000)
     finally:
         assert rep.stop() == 0, rep.output()
     [ckpt] = checkpoints_in(tmp_path / "state")
@@ -238,20 +255,35 @@ def _restart_after_live_copies_past_the_duplicate_window(
     assert recorded < 30_001, "the checkpoint had caught up with the target: nothing here was tested"
     mark = read_live_mark(ckpt.parent / "live-copied.json")
     assert mark is not None and mark.seq == mark.copy_seq == 30_000 and mark.target_seq >= 30_000, mark
+    copy_gone = f"no longer holds our copy of source sequence 30000 at its sequence {mark.target_seq}"
+    if backup is not None:
+        run(_delete_stream(dst, "ORDERS"))
+        restored = run(restore_stream(dst, backup))
+        assert restored["state"]["last_seq"] < mark.target_seq, restored["state"]
+        # nats-server 2.15's restore gives the stream a new creation time; one that kept it
+        # would leave the copy's absence to tell.
+        if created_us(StreamInfo.from_response(restored)) != mark.target_created_us:
+            copy_gone = "the target stream was created again or restored from a backup since"
     bury_our_last_copy(dst)
-    if lose_marked_copy:
+    if lose_marked_copy == "deleted":
         run(_delete_message(dst, "ORDERS", mark.target_seq))
     run(publish(src, [(f"orders.{i % 13}", registration(i, 200), None) for i in range(30_000, 30_100)]))
     rep = restart_until_handled(cfg, src)
     ours = our_copies(dst)
     if lose_marked_copy:
-        assert sorted(set(ours)) == list(range(1, 30_101)), "every copy there, the lost one again"
-        assert f"no longer holds our copy of source sequence 30000 at its sequence {mark.target_seq}" in (
-            rep.output(10**9)
-        )
+        assert sorted(set(ours)) == list(range(1, 30_101)), "every copy there, the lost ones again"
+        assert copy_gone in rep.output(10**9)
         return
     assert ours == list(range(1, 30_101)), f"{len(ours) - 30_100} copies stored again"
     assert "the last run's live copies reached source sequence 30000" in rep.output(10**9)
+
+
+async def _delete_stream(url: str, stream: str) -> None:
+    nc = await nats.connect(url.split(","))
+    try:
+        await nc.jetstream().delete_stream(stream)
+    finally:
+        await nc.close()
 
 
 async def _delete_message(url: str, stream: str, seq: int) -> None:

@@ -42,21 +42,44 @@ def test_a_mark_is_read_back_whole(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_a_mark_holds_only_for_the_same_streams_and_a_target_that_kept_its_copies() -> None:
-    assert MARK.holds_for(SOURCE_US, "T", target())
-    assert MARK.holds_for(SOURCE_US, "T", target(last_seq=800))  # another writer's messages since: fine
-    assert not MARK.holds_for(SOURCE_US + 1, "T", target())  # the source was created again
-    assert not MARK.holds_for(SOURCE_US, "OTHER", target())  # the entry copies to another stream now
-    assert not MARK.holds_for(SOURCE_US, "T", target(created_us=TARGET_US + 1))  # target recreated
-    assert not MARK.holds_for(SOURCE_US, "T", target(messages=0))  # emptied
-    assert not MARK.holds_for(SOURCE_US, "T", target(last_seq=799))  # lost what it had acknowledged
-    assert not MARK.holds_for(SOURCE_US, "T", None)  # not looked at
-    unknown = LiveMark(1_234, SOURCE_US, "T", TARGET_US, target_seq=0)
-    assert not unknown.holds_for(SOURCE_US, "T", target())  # no target sequence to check against
-    earlier = LiveMark(1_234, SOURCE_US, "T", TARGET_US, target_seq=800)
-    assert not earlier.holds_for(SOURCE_US, "T", target())  # an earlier version's: no copy to look for
-    assert not LiveMark(1_234, 0, "T", TARGET_US).holds_for(0, "T", target())  # creations not known
-    assert not LiveMark(1_234, SOURCE_US, "T", 0).holds_for(SOURCE_US, "T", target(created_us=0))
+def test_a_mark_is_kept_to_only_for_the_same_streams_and_a_target_that_kept_its_copies() -> None:
+    assert MARK.not_kept_because(SOURCE_US, "T", target()) == ""
+    assert MARK.not_kept_because(SOURCE_US, "T", target(last_seq=800)) == ""  # another writer's since: fine
+    cases = {
+        "the source stream was created again since": (SOURCE_US + 1, "T", target()),
+        "it is for target stream T, the entry copies to OTHER now": (SOURCE_US, "OTHER", target()),
+        "the target stream was created again or restored from a backup since (its creation time changed)": (
+            SOURCE_US,
+            "T",
+            target(created_us=TARGET_US + 1),
+        ),
+        "the target stream holds no messages now": (SOURCE_US, "T", target(messages=0)),  # emptied
+        "the target stream ends at sequence 799 now, before the mark's 800": (
+            SOURCE_US,
+            "T",
+            target(last_seq=799),
+        ),
+    }
+    for why, (source_us, stream, info) in cases.items():
+        assert MARK.not_kept_because(source_us, stream, info) == why
+    assert MARK.not_kept_because(SOURCE_US, "T", None) == "the target stream's creation time is not known"
+    earlier = "it names none of our copies (written by a version before 2026-12-06)"
+    assert (
+        LiveMark(1_234, SOURCE_US, "T", TARGET_US, target_seq=0).not_kept_because(SOURCE_US, "T", target())
+        == earlier
+    )
+    assert (
+        LiveMark(1_234, SOURCE_US, "T", TARGET_US, 800).not_kept_because(SOURCE_US, "T", target()) == earlier
+    )
+    unknown_creations = LiveMark(1_234, 0, "T", TARGET_US, 800, 1_230)
+    assert (
+        unknown_creations.not_kept_because(0, "T", target())
+        == "the source stream's creation time is not known"
+    )
+    no_target_creation = LiveMark(1_234, SOURCE_US, "T", 0, 800, 1_230)
+    assert no_target_creation.not_kept_because(SOURCE_US, "T", target(created_us=0)) == (
+        "the target stream's creation time is not known"
+    )
 
 
 def test_a_damaged_mark_is_none(tmp_path: Path) -> None:
