@@ -3,15 +3,19 @@
 Each variant is the real CLI (`run`) started with a line of Python run first (a setting, a
 patch to try before it is written into the code), or with Spark's JVM suspended (SIGSTOP) from
 the first copy to the last, to bound what the JVM's start costs a backlog copied ahead of the
-query. Reports msg/s and CPU µs per copy by kind of process, each round and the medians:
+query, or with `make bench`'s memory sampler reading its processes throughout (what sampling
+costs the copy it measures). Reports msg/s and CPU µs per copy by kind of process, each round
+and the medians:
 
     python -m bench.copy_variants --messages 300000 --rounds 4 --variant base= --variant stopped=@suspend-jvm
+    python -m bench.copy_variants --messages 300000 --rounds 4 --variant base= --variant sampled=@sample-memory
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -26,11 +30,12 @@ from typing import Any
 import yaml
 
 from bench.copy_bench import fill, wait_count
-from bench.proctree import CpuSplit
+from bench.proctree import CpuSplit, PeakRSS
 from harness.localnats import local_cluster
 from harness.proctree import _kind, _tree_pids
 
 SUSPEND_JVM = "@suspend-jvm"
+SAMPLE_MEMORY = "@sample-memory"
 
 
 def one_round(name: str, prelude: str, src: Any, dst: Any, n: int, work: Path, index: int) -> dict[str, Any]:
@@ -40,27 +45,30 @@ def one_round(name: str, prelude: str, src: Any, dst: Any, n: int, work: Path, i
     stream = {"stream": "BENCH", "source_url": src.url, "target_url": dst.url, "target_stream": target,
               "target_subject_prefix": target.lower()}  # fmt: skip
     cfg.write_text(yaml.safe_dump({"name": "bench", "state_store": str(work / "state"), "streams": [stream]}))
-    code = "" if prelude == SUSPEND_JVM else prelude
+    code = "" if prelude in (SUSPEND_JVM, SAMPLE_MEMORY) else prelude
     code += f"\nimport sys\nfrom replicator.cli import main\nsys.argv = ['stream-replicator', 'run', '-c', {str(cfg)!r}]\nmain()"
     with (work / f"{name}.log").open("w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
         )
+    # The sampler runs from the start, as `make bench`'s does (bench.copy_bench.run_copier).
+    sampler = PeakRSS(proc.pid) if prelude == SAMPLE_MEMORY else contextlib.nullcontext()
     try:
-        first: list[float] = []
-        wait_count(dst.url, target, 1, 300, first)
-        stopped = (
-            [pid for pid in _tree_pids(proc.pid) if _kind(pid) == "JVM"] if prelude == SUSPEND_JVM else []
-        )
-        for pid in stopped:
-            os.kill(pid, signal.SIGSTOP)
-        servers = [s.proc.pid for s in (*src.servers, *dst.servers) if s.proc]
-        cpu = CpuSplit(proc.pid, servers)
-        cpu.start()
-        end = wait_count(dst.url, target, n, 600, first)
-        seconds = cpu.stop()
-        for pid in stopped:
-            os.kill(pid, signal.SIGCONT)
+        with sampler:
+            first: list[float] = []
+            wait_count(dst.url, target, 1, 300, first)
+            stopped = (
+                [pid for pid in _tree_pids(proc.pid) if _kind(pid) == "JVM"] if prelude == SUSPEND_JVM else []
+            )
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+            servers = [s.proc.pid for s in (*src.servers, *dst.servers) if s.proc]
+            cpu = CpuSplit(proc.pid, servers)
+            cpu.start()
+            end = wait_count(dst.url, target, n, 600, first)
+            seconds = cpu.stop()
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
     finally:
         proc.terminate()
         proc.wait(60)
@@ -76,7 +84,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=PYTHON",
-                    help=f"a line of Python run before the CLI; {SUSPEND_JVM}: the JVM suspended while copying")  # fmt: skip
+                    help=f"a line of Python run before the CLI; {SUSPEND_JVM}: the JVM suspended while copying; {SAMPLE_MEMORY}: make bench's memory sampler running")  # fmt: skip
     args = ap.parse_args()
     variants = dict(v.split("=", 1) for v in args.variant) or {"base": ""}
     work = Path(tempfile.mkdtemp(prefix="sr-variants-"))
