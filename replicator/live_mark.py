@@ -11,7 +11,8 @@ copies was stored then (its target and source sequences). A start resumes after 
 same two streams, a target not emptied that still holds that copy there (the caller reads it):
 a target deleted, recreated or restored since without it gets what the checkpoint says, as
 before, even when other writers have since taken its sequence past the mark's. A restore
-through the server's API gives the stream a new creation time; a restore of its files keeps it.
+through the server's API of a 2.15 backup gives the stream a new creation time; other restores
+may keep it, and then the copy's absence tells.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ class LiveMark:
         """Why a start may not keep to it, as far as the streams' info says ("": it may): it
         needs the same source stream, and the same target stream (name and creation) holding
         messages and reaching at least the sequence of the copy named. A target whose limits
-        removed all its messages does not hold. A restore through the server's API (2.15) gives
-        the stream a new creation time; a restore of its files keeps it: so the caller then
-        checks that the copy named is still there."""
+        removed all its messages does not hold. A restore through the server's API of a backup
+        nats-server 2.15 made gives the stream a new creation time; a restore of an older
+        backup's format, or of the server's files, may keep it: so the caller then checks that
+        the copy named is still there."""
         state = getattr(target_info, "state", None)
         created = _created_us(target_info)
         if not (self.target_seq and self.copy_seq):
@@ -54,7 +56,9 @@ class LiveMark:
             return "the source stream was created again since"
         if self.target_stream != target_stream:
             return f"it is for target stream {self.target_stream}, the entry copies to {target_stream} now"
-        if state is None or not (self.target_created_us and created):
+        if state is None:
+            return "the target stream's info was not read"
+        if not (self.target_created_us and created):
             return "the target stream's creation time is not known"
         if self.target_created_us != created:
             return "the target stream was created again or restored from a backup since (its creation time changed)"

@@ -319,8 +319,10 @@ class StreamReplication:
         if s.order != "stream" or s.sampling or s.leader_election_name or self._target_info is None:
             return None
         mark = read_live_mark(live_mark_path(self.cfg, s))
-        if mark is None or not mark.copy_seq or not found < mark.seq <= source_last:
-            return None  # none, an earlier version's, or nothing it would add: not looked for
+        if mark is None or not found < mark.seq <= source_last:
+            return None  # none, or nothing it would add: not looked for
+        if not (mark.copy_seq and mark.target_seq):
+            return mark, False  # an earlier version's names no copy to look for (the start says so)
         return mark, await holds_copy(target, self._target_info, mark.target_seq, owner, mark.copy_seq)
 
     def copy_owner(self, info: Any) -> CopyOwner:

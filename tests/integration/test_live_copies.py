@@ -7,6 +7,7 @@ clusters with R3 streams."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -211,12 +212,26 @@ def test_the_live_copies_mark_is_not_kept_to_once_the_target_lost_the_copy_it_na
     holds it there may lack copies the mark covers: restored from a backup taken before them
     (the server's own snapshot and restore), its sequence since taken past the mark's by other
     writers; or the copy deleted. The start resumes from the checkpoint instead, storing some
-    copies twice rather than losing any."""
+    copies twice rather than losing any. nats-server 2.15's restore gives the stream a new
+    creation time, which alone keeps the start from the mark; the deleted copy is what tests
+    the look for the copy."""
     from nats_servers import nats_cluster
 
     with nats_cluster(servers, "source") as source, nats_cluster(servers, "target") as target:
         _restart_after_live_copies_past_the_duplicate_window(
             source.url, target.url, servers, tmp_path, chain=True, lose_marked_copy=how
+        )
+
+
+def test_a_live_copies_mark_of_an_earlier_version_is_not_kept_to(tmp_path: Path) -> None:
+    """A mark written before 2026-12-06 (no `copy_seq`: it names none of our copies, so a target
+    restored without them could not be told) is not kept to after an upgrade: the start says
+    so, and copies the target already held may be stored again, none lost."""
+    from nats_servers import nats_cluster
+
+    with nats_cluster(1, "source") as source, nats_cluster(1, "target") as target:
+        _restart_after_live_copies_past_the_duplicate_window(
+            source.url, target.url, 1, tmp_path, chain=True, lose_marked_copy="earlier-version"
         )
 
 
@@ -256,6 +271,11 @@ def _restart_after_live_copies_past_the_duplicate_window(
     mark = read_live_mark(ckpt.parent / "live-copied.json")
     assert mark is not None and mark.seq == mark.copy_seq == 30_000 and mark.target_seq >= 30_000, mark
     copy_gone = f"no longer holds our copy of source sequence 30000 at its sequence {mark.target_seq}"
+    if lose_marked_copy == "earlier-version":
+        # As the version before 31c48f4 wrote it: a target sequence, no copy named.
+        earlier = {k: v for k, v in dataclasses.asdict(mark).items() if k != "copy_seq"}
+        (ckpt.parent / "live-copied.json").write_text(json.dumps(earlier))
+        copy_gone = "it names none of our copies (written by a version before 2026-12-06)"
     if backup is not None:
         run(_delete_stream(dst, "ORDERS"))
         restored = run(restore_stream(dst, backup))

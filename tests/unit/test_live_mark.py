@@ -62,7 +62,7 @@ def test_a_mark_is_kept_to_only_for_the_same_streams_and_a_target_that_kept_its_
     }
     for why, (source_us, stream, info) in cases.items():
         assert MARK.not_kept_because(source_us, stream, info) == why
-    assert MARK.not_kept_because(SOURCE_US, "T", None) == "the target stream's creation time is not known"
+    assert MARK.not_kept_because(SOURCE_US, "T", None) == "the target stream's info was not read"
     earlier = "it names none of our copies (written by a version before 2026-12-06)"
     assert (
         LiveMark(1_234, SOURCE_US, "T", TARGET_US, target_seq=0).not_kept_because(SOURCE_US, "T", target())
