@@ -91,6 +91,12 @@ _RUNNER_MODULE_FRAME = re.compile(
 )
 
 
+# The frames every traceback of the source runner or the workers' daemon starts with: runpy's
+# and the replicator's modules that start them. A traceback cut short before any other frame
+# says where nothing was raised, no more than a lone header does.
+_ENTRY_FRAME = re.compile(r'^\s+File "(.*/replicator/spark/(daemon|source_runner)\.py|<frozen runpy>)"')
+
+
 def _cut_in_runners_socket(last_frame: str) -> bool:
     """Whether `last_frame` is the runner's module-level line that opens its socket, read from the
     file the frame names (a file that cannot be read says no: the traceback is shown)."""
@@ -168,12 +174,18 @@ class JvmOutput:
             and cut
             and frames
             and all(_DAEMON_FRAME.match(f) for f in frames)
-            and (_SOCKET_FRAME.match(frames[-1]) or _cut_in_runners_socket(frames[-1]))
+            and (
+                _SOCKET_FRAME.match(frames[-1])
+                or _cut_in_runners_socket(frames[-1])
+                or all(_ENTRY_FRAME.match(f) for f in frames)
+            )
         ):
             # Cut short inside pyspark's own socket I/O to the JVM, or where the source runner
             # opens or closes its socket, every frame pyspark's or the standard library's: a Spark
             # Python process finding its pipe closed as its query ended. (A traceback through the
             # replicator's code has its frames between those, so one cut before them is shown.)
+            # Or cut before any frame past the process's start: like a lone header, it says
+            # nothing (seen in CI as the query of an R3 target's failed batch was stopped).
             # Its exception's line, if it comes within the next few lines shown, goes to debug too;
             # whatever it was, a fault that lasts shows again in the query's own error.
             self._cut_short = _CUT_SHORT_LINES

@@ -477,6 +477,31 @@ def test_a_source_runners_traceback_cut_elsewhere_is_shown(at: str, runner: str 
     assert out[0] == (logging.WARNING, lines[0]) and (logging.WARNING, lines[-3]) in out
 
 
+def test_a_source_runners_traceback_cut_before_any_frame_past_its_start_is_left_to_debug() -> None:
+    """Seen in CI (test_faults, an R3 target's leader restarted, 2026-12-06): the planner's
+    traceback cut short at the replicator's source_runner frames that start it, runpy's before
+    them. It says where nothing was raised, as a lone header does; cut one frame later, into the
+    runner itself, it is judged by that frame."""
+    lines = _source_runner_cut_at(0)
+    start = lines[:7]  # the header, runpy's frames and source_runner's, as CI's log showed them
+    cut = [*start, *lines[-2:]]
+    quiet = JvmOutput(quiet=True)
+    out = [o for line in cut for o in quiet.feed(line)]
+    assert [level for level, _ in out] == [logging.DEBUG] * len(out), out
+    assert out[0][1].startswith("a Spark Python process's traceback was cut short (File ")
+    shown = JvmOutput(quiet=False)
+    assert (logging.WARNING, lines[0]) in [o for line in cut for o in shown.feed(line)]
+    # Past the start, into runpy's run of the module and then the runner's main: shown.
+    past = [
+        *lines[:-3],
+        f'  File "{_installed_runner()}", line {_runner_socket_line() + 1}, in <module>',
+        *lines[-2:],
+    ]
+    quiet = JvmOutput(quiet=True)
+    out = [o for line in past for o in quiet.feed(line)]
+    assert out[0] == (logging.WARNING, lines[0]), out
+
+
 def test_a_record_glued_to_the_end_of_another_line_is_split() -> None:
     quiet = JvmOutput(quiet=True)
     glued = "some JVM notice2026-11-27 13:21:51,835 WARN spark.Utils: a warning"
