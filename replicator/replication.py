@@ -218,16 +218,16 @@ class StreamReplication:
             # The last run's live copies may have gone further than the tail shows (another
             # writer's messages since, the target's limits): never publish at or below them.
             mark, copy_held = self._live_mark
-            not_kept_because = mark.not_kept_because(created_us(info), s.target_stream, self._target_info)
-            if floor < mark.seq <= info.state.last_seq and not_kept_because:
-                self.log.info(
-                    "the last run's copies reached source sequence %d, but %s: resuming from the checkpoint "
-                    "and the last copy found",
-                    mark.seq,
-                    not_kept_because,
-                )
-            elif floor < mark.seq <= info.state.last_seq:
-                if copy_held:
+            if floor < mark.seq <= info.state.last_seq:
+                why = mark.not_kept_because(created_us(info), s.target_stream, self._target_info)
+                if why:
+                    self.log.info(
+                        "the last run's copies reached source sequence %d, but %s: resuming from the "
+                        "checkpoint and the last copy found",
+                        mark.seq,
+                        why,
+                    )
+                elif copy_held:
                     self.log.info("the last run's live copies reached source sequence %d", mark.seq)
                     floor = mark.seq
                 else:
