@@ -159,6 +159,15 @@ async def stream_last_sequence(url: str, stream: str) -> int:
         await nc.close()
 
 
+async def delete_stream(url: str, stream: str) -> None:
+    """The stream deleted (a test's operator removing or replacing a target, say)."""
+    nc = await nats.connect(url.split(","))
+    try:
+        await nc.jetstream().delete_stream(stream)
+    finally:
+        await nc.close()
+
+
 async def update_stream(url: str, cfg: StreamConfig) -> None:
     """`cfg` applied to an existing stream (a test's operator fixing a target, say)."""
     nc = await nats.connect(url.split(","))

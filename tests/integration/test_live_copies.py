@@ -22,6 +22,7 @@ from helpers import (
     checkpoints_in,
     copied_source_sequences,
     create_stream,
+    delete_stream,
     our_copies,
     publish,
     registration,
@@ -277,7 +278,7 @@ def _restart_after_live_copies_past_the_duplicate_window(
         (ckpt.parent / "live-copied.json").write_text(json.dumps(earlier))
         copy_gone = "it names none of our copies (written by a version before 2026-12-06)"
     if backup is not None:
-        run(_delete_stream(dst, "ORDERS"))
+        run(delete_stream(dst, "ORDERS"))
         restored = run(restore_stream(dst, backup))
         assert restored["state"]["last_seq"] < mark.target_seq, restored["state"]
         # nats-server 2.15's restore gives the stream a new creation time; one that kept it
@@ -296,14 +297,6 @@ def _restart_after_live_copies_past_the_duplicate_window(
         return
     assert ours == list(range(1, 30_101)), f"{len(ours) - 30_100} copies stored again"
     assert "the last run's live copies reached source sequence 30000" in rep.output(10**9)
-
-
-async def _delete_stream(url: str, stream: str) -> None:
-    nc = await nats.connect(url.split(","))
-    try:
-        await nc.jetstream().delete_stream(stream)
-    finally:
-        await nc.close()
 
 
 async def _delete_message(url: str, stream: str, seq: int) -> None:
@@ -344,14 +337,7 @@ def _mark_with_the_target_stream_created_again(src: str, dst: str, servers: int,
     mark = read_live_mark(ckpt.parent / "live-copied.json")
     assert mark is not None and mark.seq == 30_000, "no mark to refuse: nothing here was tested"
 
-    async def delete_target() -> None:
-        nc = await nats.connect(dst.split(","))
-        try:
-            await nc.jetstream().delete_stream("ORDERS")
-        finally:
-            await nc.close()
-
-    run(delete_target())
+    run(delete_stream(dst, "ORDERS"))
     rep = start_replicator(cfg)  # creates the target stream again
     try:
         rep.wait_ready(SLOW_S)
