@@ -11,7 +11,8 @@ that difference is what pushed worker starts past Spark's fixed 10 s connect-bac
 With pyspark installed as a package (pip), the zips hold the same code: a small shell script
 drops them from PYTHONPATH and runs the real interpreter, so workers import the compiled
 package. Anything else on PYTHONPATH (say, spark-submit's --py-files) is kept. The same script
-starts a streaming query's runner through replicator.spark.source_runner (no pyarrow in it).
+starts a streaming query's runner through replicator.spark.source_runner and its read planner
+step through replicator.spark.read_planner (no pyarrow in either).
 """
 
 from __future__ import annotations
@@ -39,11 +40,15 @@ for entry in $PYTHONPATH; do
 done
 IFS="$old_ifs"
 if [ -n "$kept" ]; then export PYTHONPATH="$kept"; else unset PYTHONPATH; fi
-# Spark's streaming source runner starts through a module that keeps it from loading pyarrow,
-# which it does not use (replicator/spark/source_runner.py).
+# Spark's streaming source runner and its read planner step start through modules that keep
+# them from loading pyarrow, which they do not use (replicator/spark/source_runner.py and
+# replicator/spark/read_planner.py).
 if [ "$1" = "-m" ] && [ "$2" = "pyspark.sql.streaming.python_streaming_source_runner" ]; then
   shift
   set -- -m replicator.spark.source_runner "$@"
+elif [ "$1" = "-m" ] && [ "$2" = "pyspark.sql.worker.plan_data_source_read" ]; then
+  shift
+  set -- -m replicator.spark.read_planner "$@"
 fi
 exec {quoted} "$@"
 """
