@@ -4,13 +4,16 @@
 two fresh local servers with the real CLI (embedded Spark) and prints, at the moment the summed
 RSS of the replicator's process tree peaked, each process's RSS by kind (driver, JVM, Python
 task workers, the data source's planner worker), and how long the copy took from start. With
-`--nmt` it also prints the JVM's own account (Native Memory Tracking) at the end of the copy.
+`--nmt` it also prints the JVM's own account (Native Memory Tracking) at the end of the copy;
+with `--processes`, every process the tree had while sampled: when it was seen (seconds after
+the start), its largest RSS and its command's last words (what a short-lived planner step was).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -26,7 +29,28 @@ from harness.localnats import local_cluster
 from harness.proctree import _kind, _tree
 
 
-def rss_by_kind(root: int) -> tuple[int, dict[str, list[int]]]:
+class Seen:
+    """Each process of the tree as sampled: first and last seen (s), largest RSS (MB), command."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.processes: dict[int, tuple[float, float, int, str]] = {}
+
+    def note(self, pid: int, rss_mb: int) -> None:
+        now = time.monotonic() - self.started
+        first, _, top, command = self.processes.get(pid, (now, now, 0, ""))
+        if not command:
+            with contextlib.suppress(OSError):
+                words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                command = b" ".join(w for w in words if w)[-70:].decode(errors="replace")
+        self.processes[pid] = (first, now, max(top, rss_mb), command)
+
+    def report(self) -> str:
+        rows = sorted(self.processes.items(), key=lambda kv: kv[1][0])
+        return "\n".join(f"  {pid:>7} {a:6.1f}-{b:6.1f} s {mb:5d} MB  {cmd}" for pid, (a, b, mb, cmd) in rows)
+
+
+def rss_by_kind(root: int, seen: Seen | None = None) -> tuple[int, dict[str, list[int]]]:
     """(summed RSS bytes, MB of each process by kind) over `root`'s tree."""
     page = os.sysconf("SC_PAGE_SIZE")
     total, kinds = 0, dict[str, list[int]]()
@@ -40,6 +64,8 @@ def rss_by_kind(root: int) -> tuple[int, dict[str, list[int]]]:
             continue
         kinds.setdefault(kind, []).append(rss // 1_000_000)
         total += rss
+        if seen is not None:
+            seen.note(pid, rss // 1_000_000)
     return total, kinds
 
 
@@ -63,6 +89,9 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
     ap.add_argument("--nmt", action="store_true", help="the JVM's Native Memory Tracking summary too")
+    ap.add_argument(
+        "--processes", action="store_true", help="every process seen, its lifetime and largest RSS"
+    )
     args = ap.parse_args()
     conf = dict(c.split("=", 1) for c in args.conf)
     if args.nmt:
@@ -83,13 +112,14 @@ def main() -> None:
         proc = subprocess.Popen([sys.executable, "-m", "replicator.cli", "run", "--config", str(cfg)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         started, peak, at_peak = time.monotonic(), 0, {}
+        seen = Seen() if args.processes else None
         try:
             while asyncio.run(stream_count(d.url, "BENCH")) < args.messages:
                 if time.monotonic() - started > 300 or proc.poll() is not None:
                     sys.exit(
                         "memory probe: the copy did not finish (see the replicator with the same config)"
                     )
-                total, kinds = rss_by_kind(proc.pid)
+                total, kinds = rss_by_kind(proc.pid, seen)
                 if total > peak:
                     peak, at_peak = total, kinds
                 time.sleep(0.2)
@@ -103,6 +133,9 @@ def main() -> None:
         print(f"  {kind:<26}{sum(mbs):>6} MB  {mbs}")
     if account:
         print(account)
+    if seen is not None:
+        print("every process seen (s after the start, largest RSS, command's end):")
+        print(seen.report())
 
 
 if __name__ == "__main__":
