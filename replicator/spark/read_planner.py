@@ -13,7 +13,7 @@ through this module, which runs the planner's own code as `python -m` would, wit
 its annotations are compiled postponed (PEP 563: kept as strings, never evaluated), and
 `pyarrow` is a stand-in that loads the real one as soon as anything of it is used. The function
 sent to the tasks is the planner's own; it names pyarrow as a module, so a task imports the real
-one. `tests/integration/test_read_planner.py` checks both.
+one. `tests/unit/spark/test_read_planner.py` checks both.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ def pyarrow_stand_in() -> types.ModuleType:
     """A module named pyarrow that loads the real one when any of its names is asked for."""
     stand_in = types.ModuleType("pyarrow")
 
-    def __getattr__(name: str) -> Any:  # PEP 562: every name, dunders (`__path__`) included
+    # PEP 562: every name the module lacks, dunders (`__path__`) included; a module already has
+    # `__spec__`, `__loader__`, `__package__` and `__doc__` (None), which load nothing.
+    def __getattr__(name: str) -> Any:
         if sys.modules.get("pyarrow") is stand_in:
             del sys.modules["pyarrow"]
         return getattr(importlib.import_module("pyarrow"), name)

@@ -32,6 +32,9 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 class Reader(DataSourceStreamReader):
     def read(self, partition):
+        if partition.value == "arrow":  # as the replicator's reader gives its rows
+            import pyarrow as pa
+            return iter([pa.RecordBatch.from_pydict({"n": [7], "data": [b"y"]})])
         return iter((n, b"x" * n) for n in range(partition.value))
 
 class Source(DataSource):
@@ -55,13 +58,20 @@ def test_the_planner_sends_pysparks_read_function_without_loading_pyarrow() -> N
     read_func, return_type = CPickleSerializer()._read_with_length(out)
     assert read_func.__module__ == READ_PLANNER and read_int(out) == 0
     assert [f.name for f in return_type.fields] == ["n", "data"]
-    # A task: its partition comes as one row of one binary column.
-    partition = CPickleSerializer().dumps(InputPartition(5))
-    batches = list(read_func(iter([pa.RecordBatch.from_pydict({"partition": [partition]})])))
+    # The stand-in went by reference, as the real module would: the task's is pyarrow itself.
+    assert read_func.__globals__["records_to_arrow_batches"].__globals__["pa"] is pa
+
+    def task(value: object) -> list[pa.RecordBatch]:  # its partition: one row, one binary column
+        partition = CPickleSerializer().dumps(InputPartition(value))
+        return list(read_func(iter([pa.RecordBatch.from_pydict({"partition": [partition]})])))
+
+    batches = task(5)
     table = pa.Table.from_batches(batches)
     assert [b.num_rows for b in batches] == [2, 2, 1]  # max_arrow_batch_size
     assert table.column("n").to_pylist() == [0, 1, 2, 3, 4]
     assert table.column("data").to_pylist() == [b"x" * n for n in range(5)]
+    # A reader that gives Arrow record batches (the replicator's) has them passed on.
+    assert pa.Table.from_batches(task("arrow")).to_pylist() == [{"n": 7, "data": b"y"}]
 
 
 def test_the_workers_script_starts_sparks_read_planner_through_it(tmp_path: Path) -> None:
