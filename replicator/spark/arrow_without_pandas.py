@@ -1,4 +1,4 @@
-"""pyarrow in a driver that never converts to pandas, without pandas.
+"""pyarrow in a process that never converts to pandas, without pandas.
 
 pyarrow looks for pandas the first time it builds an array (does the value come from pandas?),
 and imports it when it is installed: ~30 MB of the driver's RSS while it copies a backlog
@@ -9,15 +9,31 @@ answer for every array it builds; a conversion to pandas asked of it later (`to_
 imports pandas and works. The other way is not for such a process: pyarrow would then take a
 pandas object given to `pa.array` (or pyspark's `createDataFrame` of a pandas DataFrame) as a
 plain sequence (NaN a number, not a null), so only a driver that never builds one calls this.
+
+Embedded, Spark's Python task workers are such processes too: they build their rows' arrays
+from NATS messages and run the sampled rules on Arrow (replicator.spark.stateful_arrow), so
+pandas (~47 MB a worker) is never needed there, but for pyspark's own stateful code (another
+pyspark series, STREAM_REPLICATOR_STATE_WORKER=pyspark, or its UDF profiler wrapping the
+rules). The session sets WORKERS_ENV for workers where none of that can happen, and
+replicator.spark.daemon calls this in each worker that runs the rules on Arrow.
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+
+# "1" in the environment of Spark's Python workers that make no pandas object unless pyspark's
+# own stateful code runs (set by replicator.spark.session, read by replicator.spark.daemon).
+WORKERS_ENV = "STREAM_REPLICATOR_WORKERS_WITHOUT_PANDAS"
+
+
+def workers_without_pandas() -> bool:
+    return os.environ.get(WORKERS_ENV) == "1"
 
 
 class _NoPandas(importlib.abc.MetaPathFinder):

@@ -25,6 +25,7 @@ import warnings
 from pyspark import daemon
 
 from replicator.spark import stateful_arrow
+from replicator.spark.arrow_without_pandas import pyarrow_without_pandas, workers_without_pandas
 
 # pyspark's own pandas calls for a stateful pandas function (applyInPandasWithState, the sampled
 # path) pad its output with all-NA rows and concatenate: pandas 2 warns that this will type the
@@ -38,12 +39,21 @@ warnings.filterwarnings(
 
 _pyspark_worker = daemon.worker
 _frozen = False
+_without_pandas: list[bool] = []  # once asked in this worker process: whether pandas stayed out
+
+
+def prepare_worker() -> None:
+    """Before each task, in the forked worker (see stateful_arrow's imports): the sampled rules
+    on Arrow, and where the session says no pandas object is made here, pyarrow without pandas
+    (replicator.spark.arrow_without_pandas; asked once per worker process)."""
+    if stateful_arrow.install() and workers_without_pandas() and not _without_pandas:
+        _without_pandas.append(pyarrow_without_pandas())
 
 
 def worker(sock: socket.socket, authenticated: bool) -> int:
     """pyspark's worker (one task), then, after the first, the long-lived objects frozen."""
     global _frozen
-    stateful_arrow.install()  # here, after the fork: see stateful_arrow's imports
+    prepare_worker()
     code = _pyspark_worker(sock, authenticated)
     # Only a worker that goes on to another task: pyspark's ends after a failed task, or after
     # each one without reuse.

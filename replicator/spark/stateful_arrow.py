@@ -39,13 +39,21 @@ ArrowDecide = Callable[[tuple[Any, ...], "pa.RecordBatch", Any, "pa.StructType"]
 """(grouping key, the group's value columns, its GroupState, the output's Arrow type) -> rows."""
 
 
+def pysparks_worker_runs() -> bool:
+    """Whether this process leaves applyInPandasWithState to pyspark's own code (with pandas):
+    another pyspark series, or the environment asks for it."""
+    import pyspark
+
+    return not pyspark.__version__.startswith(PYSPARK_SERIES) or os.environ.get(WORKER_ENV) == "pyspark"
+
+
 def install() -> bool:
     """Route applyInPandasWithState functions that carry `arrow_decide` through `arrow_stateful`
     in this (worker) process; False, and pyspark's code left alone, on another pyspark series."""
     import pyspark
     import pyspark.worker as worker
 
-    if not pyspark.__version__.startswith(PYSPARK_SERIES) or os.environ.get(WORKER_ENV) == "pyspark":
+    if pysparks_worker_runs():
         log.debug("pyspark %s: its own applyInPandasWithState worker is used", pyspark.__version__)
         return False
     if getattr(worker.read_udfs, "arrow_stateful", False):
@@ -104,6 +112,28 @@ def arrow_stateful(
     )
 
 
+def plain_value_group_state() -> type:
+    """pyspark's GroupState, whose `update` of plain Python values (the rules' state is one
+    bytes value) skips pyspark's look for numpy and pandas values: that look imports
+    `pyspark.testing.utils`, which imports pandas (~47 MB a worker, and none is needed here:
+    replicator.spark.arrow_without_pandas). Any other value goes to pyspark's own `update`."""
+    from pyspark.sql.streaming.state import GroupState
+    from pyspark.sql.types import Row
+
+    class PlainValueGroupState(GroupState):
+        def update(self, newValue: tuple[Any, ...]) -> None:
+            if newValue is None or not all(type(v) in (bytes, str, int, float, bool) for v in newValue):
+                super().update(newValue)
+                return
+            # As pyspark's update sets them (pyspark/sql/streaming/state.py, 4.3).
+            self._value = Row(*newValue)
+            self._defined = True
+            self._updated = True
+            self._removed = False
+
+    return PlainValueGroupState
+
+
 def _stateful_function(
     decide: ArrowDecide,
     key_offsets: list[int],
@@ -115,9 +145,9 @@ def _stateful_function(
     import pyarrow as pa
     from pyspark.serializers import CPickleSerializer
     from pyspark.sql.pandas.types import to_arrow_type
-    from pyspark.sql.streaming.state import GroupState
 
     pickle_ser = CPickleSerializer()
+    GroupState = plain_value_group_state()
     out_type = to_arrow_type(return_type)
     count_type = pa.struct([("dataCount", pa.int32()), ("stateCount", pa.int32())])
     state_type = pa.struct(

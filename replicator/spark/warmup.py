@@ -27,9 +27,13 @@ def _import_reader_modules(batches: Iterator[Any]) -> Iterator[Any]:
 
 
 def _import_sampling_modules(batches: Iterator[Any]) -> Iterator[Any]:
-    # The sampling step's pandas UDF runs in these same (reused) workers: pandas and the
-    # decision code load now, not in a new leader's first batch.
-    import pandas  # noqa: F401
+    # The sampling step runs in these same (reused) workers: the decision code loads now, not
+    # in a new leader's first batch; pandas too where pyspark's own stateful code runs the
+    # rules (elsewhere they run on Arrow: replicator.spark.stateful_arrow).
+    from replicator.spark.stateful_arrow import pysparks_worker_runs
+
+    if pysparks_worker_runs():
+        import pandas  # noqa: F401
 
     import replicator.spark.sampling  # noqa: F401
 
@@ -38,7 +42,7 @@ def _import_sampling_modules(batches: Iterator[Any]) -> Iterator[Any]:
 
 def warm_task_workers(spark: Any, sampling: bool = False) -> None:
     """Run the warm-up job on a background thread (best effort: a failure only logs);
-    `sampling`: some stream samples (its workers need pandas too)."""
+    `sampling`: some stream samples (its workers load the decision code too)."""
     slots = max(1, int(spark.sparkContext.defaultParallelism))
     imports = _import_sampling_modules if sampling else _import_reader_modules
 

@@ -4,6 +4,7 @@ of the rules computed from what the source stream actually holds."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from helpers import (
     run,
     run_until_handled,
     start_replicator,
+    tree,
     wait_for,
     wait_handled,
     write_config,
@@ -156,6 +158,19 @@ def wait_advisories(src: str, n: int, proc: Any, timeout: float = SLOW_S) -> Non
     wait_for(lambda: run(count(src, "ADV")) >= n, timeout, f"{n} advisories", proc)
 
 
+def _assert_task_workers_without_pandas(root: int) -> None:
+    """Embedded, the task workers that read the stream and ran the rules (on Arrow) never
+    loaded pandas (~47 MB each: replicator.spark.arrow_without_pandas)."""
+    workers = {}
+    for pid, command in tree(root).items():
+        if " pyspark.worker" in command:
+            with contextlib.suppress(OSError):  # one that ended meanwhile
+                workers[pid] = Path(f"/proc/{pid}/maps").read_text()
+    busy = [pid for pid, maps in workers.items() if "/pyarrow/" in maps]  # not the daemon
+    assert busy, workers.keys()
+    assert not [pid for pid, maps in workers.items() if "/pandas/" in maps], workers.keys()
+
+
 def test_fleet_sampling_matches_the_rules_copy_by_copy_and_advisory_by_advisory(
     source_server, nats_server, tmp_path: Path
 ) -> None:
@@ -180,6 +195,7 @@ def test_fleet_sampling_matches_the_rules_copy_by_copy_and_advisory_by_advisory(
         emulate(scenario, src)
         want_copied, want_advs = settle_expected(src, dst, rep)
         counted = advisories_counted(rep.metrics_url)
+        _assert_task_workers_without_pandas(rep.proc.pid)
     finally:
         assert rep.stop() == 0, rep.output()
     copied, advs, docs = got(src, dst, "REG", "ADV", "dc1")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from replicator.spark import localfs
+from replicator.spark.arrow_without_pandas import WORKERS_ENV
 from replicator.spark.session import embedded_settings
 from replicator.spark.session_args import SessionArgs
 
@@ -37,7 +38,13 @@ def jar(cache: Path) -> Path:
 @pytest.fixture
 def launch_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """embedded_settings sets the environment the JVM inherits: restored after each test."""
-    for name in ("SPARK_DIST_CLASSPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "MALLOC_ARENA_MAX"):
+    for name in (
+        "SPARK_DIST_CLASSPATH",
+        "PYSPARK_PYTHON",
+        "PYSPARK_DRIVER_PYTHON",
+        "MALLOC_ARENA_MAX",
+        WORKERS_ENV,
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
