@@ -5,10 +5,11 @@ and imports it when it is installed: ~30 MB of the driver's RSS while it copies 
 (bench.memory_probe), for a check whose answer is always no where no pandas object is ever made.
 Embedded, a copy-only driver is such a process (its rows come from NATS, its batches' DataFrames
 are never collected). Here pyarrow asks once while pandas cannot be imported, and keeps that
-answer for every array it builds; a conversion to pandas asked of it later (`to_pandas`) still
-imports pandas and works. The other way is not for such a process: pyarrow would then take a
-pandas object given to `pa.array` (or pyspark's `createDataFrame` of a pandas DataFrame) as a
-plain sequence (NaN a number, not a null), so only a driver that never builds one calls this.
+answer for the arrays it builds until something needs pandas itself: a conversion to pandas
+(`to_pandas`) imports it and works, and pyarrow sees pandas from then on. Before that, pyarrow
+would take a pandas object given to `pa.array` (or pyspark's `createDataFrame` of a pandas
+DataFrame) as a plain sequence (NaN a number, not a null), so only a process that builds none
+calls this.
 
 Embedded, Spark's Python task workers are such processes too: they build their rows' arrays
 from NATS messages and run the sampled rules on Arrow (replicator.spark.stateful_arrow), so

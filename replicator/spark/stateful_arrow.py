@@ -116,13 +116,16 @@ def plain_value_group_state() -> type:
     """pyspark's GroupState, whose `update` of plain Python values (the rules' state is one
     bytes value) skips pyspark's look for numpy and pandas values: that look imports
     `pyspark.testing.utils`, which imports pandas (~47 MB a worker, and none is needed here:
-    replicator.spark.arrow_without_pandas). Any other value goes to pyspark's own `update`."""
+    replicator.spark.arrow_without_pandas). Any other value (not a tuple of plain values: None,
+    numpy's, an iterator, which the check would use up) goes to pyspark's own `update`."""
     from pyspark.sql.streaming.state import GroupState
     from pyspark.sql.types import Row
 
     class PlainValueGroupState(GroupState):
         def update(self, newValue: tuple[Any, ...]) -> None:
-            if newValue is None or not all(type(v) in (bytes, str, int, float, bool) for v in newValue):
+            if type(newValue) is not tuple or not all(
+                type(v) in (bytes, str, int, float, bool) for v in newValue
+            ):
                 super().update(newValue)
                 return
             # As pyspark's update sets them (pyspark/sql/streaming/state.py, 4.3).

@@ -28,11 +28,12 @@ def _import_reader_modules(batches: Iterator[Any]) -> Iterator[Any]:
 
 def _import_sampling_modules(batches: Iterator[Any]) -> Iterator[Any]:
     # The sampling step runs in these same (reused) workers: the decision code loads now, not
-    # in a new leader's first batch; pandas too where pyspark's own stateful code runs the
-    # rules (elsewhere they run on Arrow: replicator.spark.stateful_arrow).
+    # in a new leader's first batch; pandas too unless the workers were told they make no
+    # pandas object (the rules on Arrow: replicator.spark.arrow_without_pandas).
+    from replicator.spark.arrow_without_pandas import workers_without_pandas
     from replicator.spark.stateful_arrow import pysparks_worker_runs
 
-    if pysparks_worker_runs():
+    if pysparks_worker_runs() or not workers_without_pandas():
         import pandas  # noqa: F401
 
     import replicator.spark.sampling  # noqa: F401

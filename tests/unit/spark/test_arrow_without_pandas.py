@@ -33,21 +33,11 @@ def test_batches_are_built_without_pandas_and_to_pandas_still_works() -> None:
     assert out.stdout.split("\n")[:4] == ["True", "False 2 [1, 2]", "[1, 2] True", "False"], out
 
 
-def test_embedded_task_workers_do_without_pandas_unless_pysparks_udf_profiler_is_on(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_embedded_task_workers_do_without_pandas_unless_pysparks_udf_profiler_is_on(launch_env: None) -> None:
     """Embedded, the session tells the task workers they make no pandas object (they build
     rows from NATS and run the sampled rules on Arrow); with pyspark's UDF profiler on,
     pyspark's own pandas code runs the rules, and on a cluster the executors' environment is
     not the driver's: neither is told."""
-    for name in (
-        "SPARK_DIST_CLASSPATH",
-        "PYSPARK_PYTHON",
-        "PYSPARK_DRIVER_PYTHON",
-        "MALLOC_ARENA_MAX",
-        WORKERS_ENV,
-    ):
-        monkeypatch.delenv(name, raising=False)
 
     def told(master: str, conf: dict[str, str]) -> str | None:
         embedded_settings(SessionArgs(master=master, app_name="t", conf=conf, light_jvm=False))

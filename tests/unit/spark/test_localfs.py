@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from replicator.spark import localfs
-from replicator.spark.arrow_without_pandas import WORKERS_ENV
 from replicator.spark.session import embedded_settings
 from replicator.spark.session_args import SessionArgs
 
@@ -33,19 +32,6 @@ def jar(cache: Path) -> Path:
         for name in localfs.OUR_CLASSES:
             z.writestr(f"{name.replace('.', '/')}.class", b"\xca\xfe\xba\xbe")
     return path
-
-
-@pytest.fixture
-def launch_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """embedded_settings sets the environment the JVM inherits: restored after each test."""
-    for name in (
-        "SPARK_DIST_CLASSPATH",
-        "PYSPARK_PYTHON",
-        "PYSPARK_DRIVER_PYTHON",
-        "MALLOC_ARENA_MAX",
-        WORKERS_ENV,
-    ):
-        monkeypatch.delenv(name, raising=False)
 
 
 def test_copy_only_queries_get_the_raw_class_and_the_rest_the_checksummed_one() -> None:

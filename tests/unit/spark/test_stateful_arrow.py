@@ -9,6 +9,7 @@ import json
 import random
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyspark
 import pyspark.worker as pyspark_worker
@@ -234,3 +235,30 @@ def test_input_ending_inside_a_group_is_an_error_not_rows_left_undecided() -> No
     )
     with pytest.raises(RuntimeError, match="ended inside a group"):
         list(ours(0, iter([batch])))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (b"table",),  # the rules' state
+        lambda: (b"a", "b", 1, 2.5, True),
+        lambda: (np.float64(1.5), np.bytes_(b"x")),  # numpy's: pyspark's own update
+        lambda: (x for x in [b"a"]),  # an iterator: pyspark's own update, not used up first
+        lambda: [b"a"],
+    ],
+)
+def test_the_arrow_workers_group_state_updates_as_pysparks_does(make: Any) -> None:
+    """Its `update` skips pyspark's numpy and pandas look for a tuple of plain values (the
+    rules' one bytes value) and leaves anything else to pyspark's own."""
+    from pyspark.sql.streaming.state import GroupState
+
+    def updated(cls: type) -> Any:
+        state = cls(keyAsUnsafe=b"k", valueSchema=StructType([StructField("s", BinaryType())]),
+                    optionalValue=None, batchProcessingTimeMs=0, eventTimeWatermarkMs=-1,
+                    timeoutConf="NoTimeout", hasTimedOut=False, watermarkPresent=False, defined=False,
+                    updated=False, removed=False, timeoutTimestamp=-1)  # fmt: skip
+        state.update(make())
+        return state
+
+    ours, theirs = updated(stateful_arrow.plain_value_group_state()), updated(GroupState)
+    assert ours.get == theirs.get and ours.exists and ours.json() == theirs.json()
