@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -323,3 +324,16 @@ def containerfile_instruction(name: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip().startswith(name + " ")]
     assert len(lines) == 1, f"{name}: {lines}"
     return lines[0][len(name) + 1 :]
+
+
+def start_without_the_jvm(
+    directory: Path, module: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m module` as Spark starts it in local mode, through the workers' interpreter
+    script (replicator.spark.pyworker), but without the JVM's port: the process stops as it
+    connects back, and its traceback shows how it was started."""
+    from replicator.spark.pyworker import worker_python
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON_WORKER_FACTORY")}
+    return subprocess.run([worker_python(sys.executable, directory), "-m", module],
+                          env={**base, **(env or {})}, capture_output=True, text=True, timeout=60)  # fmt: skip

@@ -39,15 +39,17 @@ warnings.filterwarnings(
 
 _pyspark_worker = daemon.worker
 _frozen = False
-_without_pandas: list[bool] = []  # once asked in this worker process: whether pandas stayed out
+_pandas_asked = False  # whether this worker process has made pyarrow take pandas as absent
 
 
 def prepare_worker() -> None:
     """Before each task, in the forked worker (see stateful_arrow's imports): the sampled rules
     on Arrow, and where the session says no pandas object is made here, pyarrow without pandas
     (replicator.spark.arrow_without_pandas; asked once per worker process)."""
-    if stateful_arrow.install() and workers_without_pandas() and not _without_pandas:
-        _without_pandas.append(pyarrow_without_pandas())
+    global _pandas_asked
+    if stateful_arrow.install() and workers_without_pandas() and not _pandas_asked:
+        pyarrow_without_pandas()
+        _pandas_asked = True
 
 
 def worker(sock: socket.socket, authenticated: bool) -> int:

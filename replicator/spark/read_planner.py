@@ -20,14 +20,13 @@ from __future__ import annotations
 import __future__
 
 import builtins
-import importlib
 import importlib.abc
 import importlib.util
 import sys
 import types
 from typing import Any
 
-READ_PLANNER = "pyspark.sql.worker.plan_data_source_read"
+from replicator.spark.source_runner import READ_PLANNER, real_module
 
 
 def pyarrow_stand_in() -> types.ModuleType:
@@ -37,9 +36,7 @@ def pyarrow_stand_in() -> types.ModuleType:
     # PEP 562: every name the module lacks, dunders (`__path__`) included; a module already has
     # `__spec__`, `__loader__`, `__package__` and `__doc__` (None), which load nothing.
     def __getattr__(name: str) -> Any:
-        if sys.modules.get("pyarrow") is stand_in:
-            del sys.modules["pyarrow"]
-        return getattr(importlib.import_module("pyarrow"), name)
+        return getattr(real_module(stand_in), name)
 
     stand_in.__getattr__ = __getattr__  # type: ignore[method-assign]
     return stand_in

@@ -26,10 +26,12 @@ RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 READ_PLANNER = "pyspark.sql.worker.plan_data_source_read"
 
 
-def _real_read_planner(stand_in: types.ModuleType) -> types.ModuleType:
-    if sys.modules.get(READ_PLANNER) is stand_in:
-        del sys.modules[READ_PLANNER]
-    return importlib.import_module(READ_PLANNER)
+def real_module(stand_in: types.ModuleType) -> types.ModuleType:
+    """The real module of a stand-in's name, imported in its place (replicator.spark.read_planner
+    stands in for pyarrow the same way)."""
+    if sys.modules.get(stand_in.__name__) is stand_in:
+        del sys.modules[stand_in.__name__]
+    return importlib.import_module(stand_in.__name__)
 
 
 def read_planner_stand_in() -> types.ModuleType:
@@ -37,12 +39,12 @@ def read_planner_stand_in() -> types.ModuleType:
     stand_in = types.ModuleType(READ_PLANNER)
 
     def records_to_arrow_batches(*args: Any, **kwargs: Any) -> Any:
-        return _real_read_planner(stand_in).records_to_arrow_batches(*args, **kwargs)
+        return real_module(stand_in).records_to_arrow_batches(*args, **kwargs)
 
     def __getattr__(name: str) -> Any:  # PEP 562: names the stand-in does not have
         if name.startswith("__"):  # the import system's own questions (`__path__`, say)
             raise AttributeError(name)
-        return getattr(_real_read_planner(stand_in), name)
+        return getattr(real_module(stand_in), name)
 
     stand_in.records_to_arrow_batches = records_to_arrow_batches  # type: ignore[attr-defined]
     stand_in.__getattr__ = __getattr__  # type: ignore[method-assign]

@@ -4,16 +4,15 @@ function it sends to the tasks is pyspark's own: a task reads with it as before.
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow as pa
+from helpers import start_without_the_jvm
 from pyspark.serializers import CPickleSerializer, read_int
 from pyspark.sql.datasource import InputPartition
 
-from replicator.spark.pyworker import worker_python
 from replicator.spark.read_planner import READ_PLANNER
 
 # A stream reader and its planning, as the planner process runs it (pyspark's own
@@ -77,15 +76,7 @@ def test_the_planner_sends_pysparks_read_function_without_loading_pyarrow() -> N
 def test_the_workers_script_starts_sparks_read_planner_through_it(tmp_path: Path) -> None:
     """Without the JVM's port the step stops at once, as it connects back; its traceback shows
     how it was started, and the imports it made before (-X importtime) hold no pyarrow."""
-    command = worker_python(sys.executable, tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON_WORKER_FACTORY")}
-    done = subprocess.run(
-        [command, "-m", READ_PLANNER],
-        env={**env, "PYTHONPROFILEIMPORTTIME": "1"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = start_without_the_jvm(tmp_path, READ_PLANNER, {"PYTHONPROFILEIMPORTTIME": "1"})
     assert done.returncode != 0
     assert "replicator/spark/read_planner.py" in done.stderr, done.stderr
     assert "plan_data_source_read.py" in done.stderr, done.stderr

@@ -3,12 +3,13 @@ the read planner's module is still there, whole, for anything that uses it."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from replicator.spark.pyworker import worker_python
+from helpers import start_without_the_jvm
+
+from replicator.spark.source_runner import RUNNER
 
 
 def _python(code: str) -> list[str]:
@@ -39,15 +40,7 @@ print(sys.modules[READ_PLANNER].write_read_func_and_partitions.__module__)
 
 def test_the_workers_script_starts_sparks_runner_through_it(tmp_path: Path) -> None:
     """Without the JVM's port the runner stops at once; its traceback shows how it was started."""
-    command = worker_python(sys.executable, tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON_WORKER_FACTORY")}
-    done = subprocess.run(
-        [command, "-m", "pyspark.sql.streaming.python_streaming_source_runner"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = start_without_the_jvm(tmp_path, RUNNER)
     assert done.returncode != 0
     assert "replicator/spark/source_runner.py" in done.stderr, done.stderr
     assert "python_streaming_source_runner.py" in done.stderr, done.stderr
