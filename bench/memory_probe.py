@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import subprocess
 import sys
 import tempfile
@@ -23,8 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from bench import proctree
 from bench.copy_bench import fill, stream_count
-from bench.proctree import _shares_parent_memory
 from harness.localnats import local_cluster
 from harness.proctree import _kind, _tree
 
@@ -52,21 +51,7 @@ class Seen:
 
 def rss_by_kind(root: int, seen: Seen | None = None) -> tuple[int, dict[str, list[int]]]:
     """(summed RSS bytes, MB of each process by kind) over `root`'s tree."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    total, kinds = 0, dict[str, list[int]]()
-    for pid, parent in _tree(root):
-        if _shares_parent_memory(pid, parent):
-            continue
-        try:
-            rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-            kind = "driver (Python)" if pid == root else _kind(pid)
-        except (OSError, ValueError):
-            continue
-        kinds.setdefault(kind, []).append(rss // 1_000_000)
-        total += rss
-        if seen is not None:
-            seen.note(pid, rss // 1_000_000)
-    return total, kinds
+    return proctree.rss_by_kind(root, seen.note if seen is not None else None)
 
 
 def jvm_account(root: int) -> str:

@@ -16,6 +16,7 @@ import ctypes
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.proctree import _cpu_ticks, _kind, _tree, _tree_pids
@@ -53,6 +54,28 @@ def tree_memory(root: int, with_pss: bool = True) -> tuple[int, int]:
     return rss, pss
 
 
+def rss_by_kind(
+    root: int, note: Callable[[int, int], None] | None = None
+) -> tuple[int, dict[str, list[int]]]:
+    """(summed RSS bytes, MB of each process by kind) over `root`'s tree, `root` being the
+    driver; `note(pid, mb)` is told each process's RSS."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total, kinds = 0, dict[str, list[int]]()
+    for pid, parent in _tree(root):
+        if _shares_parent_memory(pid, parent):
+            continue
+        try:
+            rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+            kind = "driver (Python)" if pid == root else _kind(pid)
+        except (OSError, ValueError):
+            continue
+        kinds.setdefault(kind, []).append(rss // 1_000_000)
+        total += rss
+        if note is not None:
+            note(pid, rss // 1_000_000)
+    return total, kinds
+
+
 class PeakRSS:
     """Peak summed RSS (`peak`, sampled every `interval`) and peak summed PSS (`peak_pss`,
     every `pss_interval`) while in the block. PSS is sampled less often because reading it
@@ -61,6 +84,7 @@ class PeakRSS:
 
     def __init__(self, root: int, interval: float = 0.25, pss_interval: float = 1.0) -> None:
         self.root, self.interval, self.peak, self.peak_pss = root, interval, 0, 0
+        self.at_peak: dict[str, list[int]] = {}  # MB of each process by kind, near the RSS peak
         self.pss_interval, self._last_pss = pss_interval, -1e9
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
@@ -71,6 +95,8 @@ class PeakRSS:
         if with_pss:
             self._last_pss = now
         rss, pss = tree_memory(self.root, with_pss)
+        if rss > self.peak:  # each process's share of a new peak (read again: only then)
+            self.at_peak = rss_by_kind(self.root)[1]
         self.peak, self.peak_pss = max(self.peak, rss), max(self.peak_pss, pss)
 
     def _run(self) -> None:

@@ -127,6 +127,7 @@ def run_sampling(
         "copied": int(final["copied"]),
         "received": int(final["received"]),
         "rss_mb": rss.peak / 1e6,
+        "rss_mb_at_peak": rss.at_peak,
         # CPU per message over the measured messages, by kind of process: steadier than the rate
         # on a shared machine, and it says where the time goes.
         "cpu_us_per_msg": {k: round(v * 1e6 / (got - base), 1) for k, v in cpu.seconds.items()},
@@ -191,6 +192,7 @@ def main() -> None:
             f"sampling, {senders:>9,} senders: {r['msgs_per_s']:8,.0f} msg/s = {r['ratio_vs_plain']:.2f}x plain "
             f"(copied {r['copied']:,} of {r['received']:,}; peak RSS {r['rss_mb']:,.0f} MB)"
         )
+        print("  at the peak, MB by process:", ", ".join(f"{k} {v}" for k, v in r["rss_mb_at_peak"].items()))
         cpu = r["cpu_us_per_msg"]
         whole = sum(v for k, v in cpu.items() if not k.startswith("JVM: "))  # those split the JVM's
         print(f"  CPU per message: {whole:.0f} us in all: {cpu}")
