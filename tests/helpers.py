@@ -337,3 +337,13 @@ def start_without_the_jvm(
     base = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON_WORKER_FACTORY")}
     return subprocess.run([worker_python(sys.executable, directory), "-m", module],
                           env={**base, **(env or {})}, capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def binary_pickled_as_bytes(spark: Any) -> bool:
+    """Whether `spark`'s JVM pickles a binary value for Python as one BINBYTES opcode with its
+    bytes (replicator.spark.binary_pickler), not as Spark's bytes(bytearray(s, 'latin-1'))."""
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.spark.sql.execution.python.EvaluatePython.registerPicklers()  # as Spark does first
+    wrapper = getattr(jvm, "org.apache.spark.sql.execution.python.EvaluatePython$BytesWrapper")
+    pickled = bytes(jvm.net.razorvine.pickle.Pickler(True, False).dumps(wrapper(bytearray(b"ab"))))
+    return pickled.startswith(b"\x80\x02B\x02\x00\x00\x00ab")

@@ -9,6 +9,8 @@ before/after). They are compiled once per Java and Hadoop install, with the JDK'
 the cache directory beside the JVM's class archive (`make install` does it first; a start that
 finds none builds it). Without javac, Spark runs with Hadoop's own classes, as before.
 
+The same jar holds `streamreplicator.spark.BinaryPickler` (replicator.spark.binary_pickler).
+
 The jar joins the JVM's class path through SPARK_DIST_CLASSPATH, which Spark's launcher puts
 after its own jars. The class archive is dumped without it, so a rebuilt jar never invalidates
 the archive (a JVM uses one only when its dump-time class path is a prefix of the run's). The
@@ -39,6 +41,10 @@ SOURCES = Path(__file__).with_name("java")
 RAW_CLASS = "streamreplicator.hadoop.NioRawLocalFileSystem"
 CHECKSUMMED_CLASS = "streamreplicator.hadoop.NioLocalFileSystem"
 OUR_CLASSES = (RAW_CLASS, CHECKSUMMED_CLASS)
+# Also in the jar: Spark's binary values pickled for Python workers as bytes
+# (replicator.spark.binary_pickler).
+PICKLER_CLASS = "streamreplicator.spark.BinaryPickler"
+JAR_CLASSES = (*OUR_CLASSES, PICKLER_CLASS)
 # What each falls back to when the JVM cannot load it.
 HADOOPS_CLASS = {
     RAW_CLASS: "org.apache.hadoop.fs.RawLocalFileSystem",
@@ -81,8 +87,8 @@ def jar_path() -> Path | None:
 
 
 def _holds_the_classes(jar: Path) -> bool:
-    """A whole jar with both classes (a build cut short by a crash leaves no such file)."""
-    wanted = {f"{name.replace('.', '/')}.class" for name in OUR_CLASSES}
+    """A whole jar with every class (a build cut short by a crash leaves no such file)."""
+    wanted = {f"{name.replace('.', '/')}.class" for name in JAR_CLASSES}
     try:
         with zipfile.ZipFile(jar) as z:
             return wanted <= set(z.namelist()) and z.testzip() is None

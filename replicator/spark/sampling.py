@@ -207,6 +207,10 @@ def decided_per_bucket(rows: Any, p: SamplingParams, seed: dict[int, bytes] | No
     (OUTPUT_SCHEMA), each bucket's senders kept in Spark's state store."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
+    from replicator.spark.binary_pickler import install_binary_pickler  # the driver's only
+
+    # Every batch sends each bucket's table to the workers: as bytes, not Spark's per-byte string.
+    install_binary_pickler(rows.sparkSession)
     return (
         rows.select(*DECIDE_COLUMNS)
         .groupBy("bucket")

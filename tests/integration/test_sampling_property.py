@@ -31,6 +31,7 @@ from replicator.spark.sampling import (
     KIND_STATS,
     decided_per_bucket,
 )
+from tests.helpers import binary_pickled_as_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -139,6 +140,8 @@ def test_spark_pipeline_decides_exactly_like_the_reference(
         for r in rows
         if r.kind == KIND_ADVISORY
     )
+    # The buckets' tables went to the workers through our pickler (replicator.spark.binary_pickler).
+    assert binary_pickled_as_bytes(spark)
     assert got_copied == want_copied
     assert got_advs == sorted((a.sender, a.event, a.event_ms) for a in want_advs)
     # Each message decided once, in the batch that read it: every batch's buckets decided exactly

@@ -29,7 +29,7 @@ def jar(cache: Path) -> Path:
     path = localfs.jar_path()
     assert path is not None and path.parent == cache
     with zipfile.ZipFile(path, "w") as z:
-        for name in localfs.OUR_CLASSES:
+        for name in localfs.JAR_CLASSES:
             z.writestr(f"{name.replace('.', '/')}.class", b"\xca\xfe\xba\xbe")
     return path
 
@@ -52,6 +52,13 @@ def test_the_jar_joins_the_launch_class_path_after_what_is_there_once(
 def test_a_whole_jar_is_used_and_a_cut_one_is_not(cache: Path, jar: Path) -> None:
     assert localfs.ready_jar(build=False) == jar
     jar.write_bytes(jar.read_bytes()[:20])  # a build cut short by a crash, say
+    assert localfs.ready_jar(build=False) is None
+
+
+def test_a_jar_built_before_the_pickler_is_not_used(cache: Path, jar: Path) -> None:
+    with zipfile.ZipFile(jar, "w") as z:  # the file system's classes only
+        for name in localfs.OUR_CLASSES:
+            z.writestr(f"{name.replace('.', '/')}.class", b"\xca\xfe\xba\xbe")
     assert localfs.ready_jar(build=False) is None
 
 
