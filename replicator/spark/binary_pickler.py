@@ -25,14 +25,22 @@ log = logging.getLogger(__name__)
 
 def install_binary_pickler(spark: SparkSession) -> bool:
     """Our pickler for binary values in this session's JVM, where Spark runs embedded (its
-    executors in that JVM) and the jar loaded. False where Spark's own pickler stays."""
+    executors in that JVM: `local`, `local[N]`) and the JVM loads the jar. False where Spark's
+    own pickler stays."""
+    from py4j.java_gateway import JavaClass
     from py4j.protocol import Py4JError
 
-    if not str(spark.sparkContext.master).startswith("local"):
+    master = str(spark.sparkContext.master)
+    if master != "local" and not master.startswith("local["):
+        return False
+    # py4j names a class it cannot load as a package (the jar not built, or not on the class path).
+    pickler = getattr(spark.sparkContext._jvm, PICKLER_CLASS)
+    if not isinstance(pickler, JavaClass):
+        log.info(
+            "binary values go to Python workers through Spark's own pickler (no %s in the JVM)", PICKLER_CLASS
+        )
         return False
     try:
-        # py4j names a class it cannot load as a package, and calling it raises Py4JError.
-        pickler = getattr(spark.sparkContext._jvm, PICKLER_CLASS)
         installed = bool(pickler.install())
     except Py4JError as e:
         log.info(
