@@ -26,29 +26,23 @@ log = logging.getLogger(__name__)
 def install_binary_pickler(spark: SparkSession) -> bool:
     """Our pickler for binary values in this session's JVM, where Spark runs embedded (its
     executors in that JVM: `local`, `local[N]`) and the JVM loads the jar. False where Spark's
-    own pickler stays."""
+    own pickler stays: it gives Python the same bytes, so nothing here stops a query."""
     from py4j.java_gateway import JavaClass
-    from py4j.protocol import Py4JError
 
     master = str(spark.sparkContext.master)
     if master != "local" and not master.startswith("local["):
         return False
-    # py4j names a class it cannot load as a package (the jar not built, or not on the class path).
-    pickler = getattr(spark.sparkContext._jvm, PICKLER_CLASS)
-    if not isinstance(pickler, JavaClass):
-        log.info(
-            "binary values go to Python workers through Spark's own pickler (no %s in the JVM)", PICKLER_CLASS
-        )
-        return False
     try:
-        installed = bool(pickler.install())
-    except Py4JError as e:
-        log.info(
-            "binary values go to Python workers through Spark's own pickler (%s)", str(e).splitlines()[0]
-        )
-        return False
-    if not installed:
-        log.info(
-            "binary values go to Python workers through Spark's own pickler (its wrapper class not found)"
-        )
-    return installed
+        # py4j names a class it cannot load as a package (the jar not built, or not on the
+        # class path).
+        pickler = getattr(spark.sparkContext._jvm, PICKLER_CLASS)
+        if not isinstance(pickler, JavaClass):
+            why = f"no {PICKLER_CLASS} in the JVM"
+        elif not pickler.install():
+            why = "its wrapper class not found"
+        else:
+            return True
+    except Exception as e:  # an optimisation: any failure keeps Spark's pickler
+        why = (str(e).splitlines() or [type(e).__name__])[0]
+    log.info("binary values go to Python workers through Spark's own pickler (%s)", why)
+    return False

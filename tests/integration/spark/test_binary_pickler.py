@@ -10,6 +10,7 @@ tests/integration/test_sampling_property.py's, which checks that the query insta
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -59,7 +60,11 @@ DRIVER = textwrap.dedent(
 
 @pytest.mark.parametrize("jar", ["with-jar", "without-jar"])
 def test_binary_values_reach_python_workers_and_the_driver_the_same_with_our_pickler(jar: str) -> None:
-    done = subprocess.run([sys.executable, "-c", DRIVER, jar], capture_output=True, text=True, timeout=240)
+    env = dict(os.environ)
+    env.pop("SPARK_DIST_CLASSPATH", None)  # an earlier session in this process put the jar there
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, jar], env=env, capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
 
