@@ -3,8 +3,9 @@
 
 A fresh driver (its own JVM: a pickler, once installed, is the JVM's) sends the same binary
 values to Python before and after the install, through a Python UDF on Spark's workers (rows
-pickled, not Arrow) and through collect, with the jar and without it (Spark's pickler stays); the sampled pipeline's exactness with the pickler in place is
-tests/integration/test_sampling_property.py's, which checks that the query installed it.
+pickled, not Arrow) and through collect, with the jar and without it (Spark's pickler stays).
+The sampled pipeline's exactness with the pickler in place is
+tests/integration/test_sampling_property.py's, which checks that a sampled query installed it.
 """
 
 from __future__ import annotations

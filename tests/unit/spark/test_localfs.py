@@ -55,8 +55,8 @@ def test_a_whole_jar_is_used_and_a_cut_one_is_not(cache: Path, jar: Path) -> Non
     assert localfs.ready_jar(build=False) is None
 
 
-def test_a_jar_built_before_the_pickler_is_not_used(cache: Path, jar: Path) -> None:
-    with zipfile.ZipFile(jar, "w") as z:  # the file system's classes only
+def test_a_jar_missing_one_of_its_classes_is_not_used(cache: Path, jar: Path) -> None:
+    with zipfile.ZipFile(jar, "w") as z:  # the file system's classes, not the pickler's
         for name in localfs.OUR_CLASSES:
             z.writestr(f"{name.replace('.', '/')}.class", b"\xca\xfe\xba\xbe")
     assert localfs.ready_jar(build=False) is None
