@@ -75,7 +75,7 @@ _STDLIB = r".*/lib(?:64)?/python3\.\d+/"
 # replicator's own work. Such a traceback that ends in a closed pipe is pyspark's own, and so
 # are the sentences that chain one to the next.
 _DAEMON_FRAME = re.compile(
-    r'^\s+File "(.*/pyspark/.*|.*/replicator/spark/(daemon|source_runner)\.py'
+    r'^\s+File "(.*/pyspark/.*|.*/replicator/spark/(daemon|source_runner|read_planner)\.py'
     rf'|{_STDLIB}[^/]+\.py|<frozen [^>]+>)"'
 )
 # pyspark's reads and writes on its socket to the JVM: where a closed pipe is found.
@@ -94,7 +94,9 @@ _RUNNER_MODULE_FRAME = re.compile(
 # The frames every traceback of the source runner or the workers' daemon starts with: runpy's
 # and the replicator's modules that start them. A traceback cut short before any other frame
 # says where nothing was raised, no more than a lone header does.
-_ENTRY_FRAME = re.compile(r'^\s+File "(.*/replicator/spark/(daemon|source_runner)\.py|<frozen runpy>)"')
+_ENTRY_FRAME = re.compile(
+    r'^\s+File "(.*/replicator/spark/(daemon|source_runner|read_planner)\.py|<frozen runpy>)"'
+)
 
 
 def _cut_in_runners_socket(last_frame: str) -> bool:

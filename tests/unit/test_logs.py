@@ -348,6 +348,35 @@ def test_a_source_runner_started_as_its_query_stopped_is_left_to_debug() -> None
     assert any(level == logging.WARNING for line in lines for level, _ in shown.feed(line))
 
 
+def test_a_read_planner_started_as_its_query_stopped_is_left_to_debug() -> None:
+    """Seen in CI (test_faults, an R3 target cut): the planner step of a query start, started
+    through replicator.spark.read_planner, found the JVM's socket file gone as the query stopped."""
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "<frozen runpy>", line 198, in _run_module_as_main',
+        '  File "<frozen runpy>", line 88, in _run_code',
+        '  File "/work/replicator/spark/read_planner.py", line 76, in <module>',
+        "    main(sys.argv)",
+        '  File "/work/replicator/spark/read_planner.py", line 72, in main',
+        "    exec(code, main_module.__dict__)",
+        '  File "/v/lib/python3.11/site-packages/pyspark/sql/worker/plan_data_source_read.py", line 393, in <module>',
+        "    with get_sock_file_to_executor() as sock_file:",
+        '  File "/root/.pyenv/versions/3.11.7/lib/python3.11/contextlib.py", line 137, in __enter__',
+        "    return next(self.gen)",
+        "           ^^^^^^^^^^^^^^",
+        '  File "/v/lib/python3.11/site-packages/pyspark/worker_util.py", line 246, in get_sock_file_to_executor',
+        "    sock_file, sock = local_connect_and_auth(conn_info, auth_secret)",
+        "                      ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        '  File "/v/lib/python3.11/site-packages/pyspark/util.py", line 828, in local_connect_and_auth',
+        "    raise PySparkRuntimeError(",
+        "pyspark.errors.exceptions.base.PySparkRuntimeError: [CANNOT_OPEN_SOCKET] Can not open socket: tried to connect to /tmp/.cf64b8c0-9ad5-41ec-8100-311bafbb24a3.sock, but an error occurred: [Errno 2] No such file or directory.",
+    ]
+    quiet = JvmOutput(quiet=True)
+    printed = [x for line in lines for x in (["", line, ""] if line.startswith("During") else [line])]
+    out = [o for line in printed for o in quiet.feed(line)]
+    assert [level for level, _ in out] == [logging.DEBUG] * len(out), out
+
+
 @pytest.mark.parametrize(
     "frame",
     [
