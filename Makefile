@@ -65,6 +65,7 @@ demo: install
 bench: install
 	$(BIN)/python -m bench.copy_bench --r3 $(if $(GO_REPLICATOR),--go-binary $(GO_REPLICATOR))
 	$(BIN)/python -m bench.sampling_bench
+	$(BIN)/python -m bench.sampled_copies_bench
 	$(BIN)/python -m bench.latency_bench $(if $(GO_REPLICATOR),--go-binary $(GO_REPLICATOR))
 	$(BIN)/python -m bench.lanes_bench
 	$(BIN)/python -m bench.ack_cost

@@ -11,9 +11,10 @@ continue exactly where the last committed batch left off. One group per sender w
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -236,6 +237,32 @@ def _runs(seqs: list[int], gap: int) -> list[tuple[int, int]]:
         prev = s
     runs.append((first, prev))
     return runs
+
+
+async def _next_chunk(
+    chunks: AsyncGenerator[list[RawMessage], None], ahead: asyncio.Task[list[RawMessage] | None] | None
+) -> tuple[list[RawMessage] | None, asyncio.Task[list[RawMessage] | None] | None]:
+    """The chunk `ahead` reads (the first of `chunks` when None; None after the last), and the
+    task that reads the one after it, started before returning (None once the last was read)."""
+
+    async def read() -> list[RawMessage] | None:
+        return await anext(chunks, None)
+
+    chunk = await (ahead if ahead is not None else read())
+    return chunk, (asyncio.create_task(read()) if chunk is not None else None)
+
+
+async def _closed(
+    chunks: AsyncGenerator[list[RawMessage], None], ahead: asyncio.Task[list[RawMessage] | None] | None
+) -> None:
+    """Close `chunks` once its read ahead is over (cancelled if it still runs): a generator
+    cannot be closed while a read of it runs."""
+    if ahead is not None:
+        ahead.cancel()
+        await asyncio.wait({ahead})
+        if not ahead.cancelled():
+            ahead.exception()  # seen: a read that failed behind a publish that failed is not news
+    await chunks.aclose()
 
 
 @dataclass(frozen=True)
@@ -552,14 +579,20 @@ class SamplingSink:
         found = 0
         for first, last in _runs(seqs, COPY_RUN_GAP):
             chunks = self.source.chunks(first, last + 1)
+            # Each chunk is read while the caller publishes the one before (the source and the
+            # target are other connections): when every sender falls due at once, most of a
+            # batch is copies, and the reads and publishes otherwise wait in turn.
+            ahead: asyncio.Task[list[RawMessage] | None] | None = None
             try:
                 while True:
                     try:
-                        chunk = self.loop.run(anext(chunks), timeout=None)  # reads time out themselves
-                    except StopAsyncIteration:
-                        break
+                        # Reads time out themselves. The next read starts before this returns:
+                        # a chunk that fails the check below leaves it to _closed.
+                        chunk, ahead = self.loop.run(_next_chunk(chunks, ahead), timeout=None)
                     except SourceStreamGone as e:
                         raise PublishError(f"{e}; its copies cannot be published") from None
+                    if chunk is None:
+                        break
                     kept = [m for m in chunk if m.seq in wanted]
                     self._same_as_decided(kept, wanted)
                     found += len(kept)
@@ -568,7 +601,11 @@ class SamplingSink:
                             [to_record_batch(self.ordered.settings.source_stream, kept)]
                         )
             finally:
-                self.loop.run(chunks.aclose(), 10)
+                # A publish that failed (or a stop) leaves a read ahead: ended before the reader.
+                try:
+                    self.loop.run(_closed(chunks, ahead), 10)
+                finally:
+                    ahead = None  # a failed read's traceback holds this frame: no cycle through it
         if found < len(seqs):
             # Removed from the source (its limits, or by hand) between Spark's read and now.
             self.ordered.log.warning("%d of %d copies were no longer in the source stream when read for publishing",

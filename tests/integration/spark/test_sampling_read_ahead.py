@@ -1,0 +1,125 @@
+"""A sampled batch's copies are read back from the source a chunk at a time, each chunk read
+while the one before is published. Against real servers, without Spark: every copy goes once,
+in order, with its own payload, whichever reader the source allows; and a publish that fails
+while the next chunk is being read fails the batch with its own error and leaves no reader
+(a pull consumer) behind."""
+
+from __future__ import annotations
+
+import time
+
+import nats
+import pytest
+from helpers import create_stream, our_copies, publish, run, url_port
+from nats.js.api import DiscardPolicy
+from nats_servers import NatsCluster
+from sampled_rows import decided as decided_rows
+
+from harness.faultproxy import FaultProxy
+from harness.streams import read_all
+from replicator.aio import LoopThread
+from replicator.nats.publisher import PublishError
+from replicator.options import ReaderOptions
+from replicator.sampling.rules import SamplingParams
+from replicator.source_reader import SourceReader
+from replicator.spark.sampling import SamplingSink
+from replicator.spark.sink import OrderedSink, SinkSettings
+
+pytestmark = pytest.mark.integration
+
+
+def _sink(src: str, dst: str, loop: LoopThread, chunk_messages: int) -> SamplingSink:
+    settings = SinkSettings(dst, "REG", "REG", "dc1", "cfg", "dc1.cfg.REG.1")
+    return SamplingSink(
+        OrderedSink(settings, loop),
+        loop,
+        SourceReader(ReaderOptions(url=src, stream="REG", chunk_messages=chunk_messages)),
+        SamplingParams(inspect_ms=60_000, warn_ms=30_000, stream="REG"),
+    )
+
+
+def _consumers(url: str, stream: str) -> int:
+    async def count() -> int:
+        nc = await nats.connect(url)
+        try:
+            return (await nc.jetstream().stream_info(stream)).state.consumer_count
+        finally:
+            await nc.close()
+
+    return int(run(count()))
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-gets", "pull-consumer"])
+def test_copies_read_back_in_many_chunks_go_once_each_in_order(
+    source_server: NatsCluster, nats_server: NatsCluster, loop: LoopThread, direct: bool
+) -> None:
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", ["reg.>"], allow_direct=direct))
+    run(create_stream(dst, "REG", ["reg.>"]))
+    run(publish(src, [(f"reg.n{i}", f'{{"sender": "n{i}", "i": {i}}}'.encode(), None) for i in range(700)]))
+    source = {m.seq: m for m in run(read_all(src, "REG"))}
+    # Three runs (copies more than 256 apart are read separately), each over several chunks of 3.
+    wanted = [*range(1, 15), 20, 22, *range(400, 408), 690, 700]
+    sink = _sink(src, dst, loop, chunk_messages=3)
+    try:
+        sink.publish_decided(
+            decided_rows([(s, source[s].ts_ns // 1_000_000) for s in wanted], 700), 0, time.monotonic()
+        )
+    finally:
+        sink.close()
+    assert our_copies(dst, "REG") == wanted
+    copies = run(read_all(dst, "REG"))
+    assert [(m.subject, m.data) for m in copies] == [(source[s].subject, source[s].data) for s in wanted]
+    assert _consumers(src, "REG") == 0
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-gets", "pull-consumer"])
+def test_a_later_chunk_unlike_what_the_rules_saw_fails_the_batch_after_the_chunks_before_it(
+    source_server: NatsCluster, nats_server: NatsCluster, loop: LoopThread, direct: bool
+) -> None:
+    """Each chunk read back is checked against the time the rules saw (a stream deleted and
+    created again in between): the third chunk's check fails once the first two are published,
+    and nothing of it or after it is."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", ["reg.>"], allow_direct=direct))
+    run(create_stream(dst, "REG", ["reg.>"]))
+    run(publish(src, [(f"reg.n{i}", b'{"sender": "n"}', None) for i in range(10)]))
+    times = {m.seq: m.ts_ns // 1_000_000 for m in run(read_all(src, "REG"))}
+    times[8] -= 1  # as if the rules had decided on another message 8
+    sink = _sink(src, dst, loop, chunk_messages=3)
+    try:
+        with pytest.raises(PublishError, match="sequence 8 now holds a message"):
+            sink.publish_decided(decided_rows(sorted(times.items()), 10), 0, time.monotonic())
+    finally:
+        sink.close()
+    assert our_copies(dst, "REG") == [1, 2, 3, 4, 5, 6]
+    assert _consumers(src, "REG") == 0
+
+
+def test_a_publish_failing_while_the_next_chunk_is_read_leaves_no_reader_behind(
+    source_server: NatsCluster, nats_server: NatsCluster, loop: LoopThread
+) -> None:
+    src, dst = source_server.url, nats_server.url
+    # Without direct gets the source is read by a pull consumer, which must not outlive the read.
+    run(create_stream(src, "REG", ["reg.>"], allow_direct=False))
+    # The target refuses its fifth message: the second chunk's publish fails while the third is read.
+    run(create_stream(dst, "REG", ["reg.>"], max_msgs=4, discard=DiscardPolicy.NEW))
+    run(publish(src, [(f"reg.n{i}", b'{"sender": "n"}', None) for i in range(40)]))
+    times = {m.seq: m.ts_ns // 1_000_000 for m in run(read_all(src, "REG"))}
+    # Reads across a slow link: the third chunk's read is still on its way when the publish fails.
+    with FaultProxy(url_port(src)) as link:
+        link.latency = 0.2
+        sink = _sink(link.url, dst, loop, chunk_messages=3)
+        try:
+            with pytest.raises(PublishError, match="refused source sequence 5"):
+                sink.publish_decided(decided_rows(sorted(times.items()), 40), 0, time.monotonic())
+        finally:
+            sink.close()
+    assert our_copies(dst, "REG") == [1, 2, 3, 4]
+    assert _consumers(src, "REG") == 0
+    # The connections' loop is not left with a read running: it still serves the next batch.
+    assert loop.run(_one(), 10) == 1
+
+
+async def _one() -> int:
+    return 1
