@@ -129,6 +129,8 @@ def main() -> None:
     for r in roots:
         if not (r / "replicator" / "spark" / "sampling.py").exists():
             sys.exit(f"sampled copies bench: {r} is not a checkout of stream-replicator; give --root DIR")
+    if len(set(roots)) < len(roots):
+        sys.exit("sampled copies bench: a --root is given twice; give each checkout once")
     sys.path.insert(0, str(HERE.parents[1]))
     from bench.copy_bench import stream_count
     from harness.localnats import local_cluster

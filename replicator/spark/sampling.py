@@ -602,10 +602,7 @@ class SamplingSink:
                         )
             finally:
                 # A publish that failed (or a stop) leaves a read ahead: ended before the reader.
-                try:
-                    self.loop.run(_closed(chunks, ahead), 10)
-                finally:
-                    ahead = None  # a failed read's traceback holds this frame: no cycle through it
+                self.loop.run(_closed(chunks, ahead), 10)
         if found < len(seqs):
             # Removed from the source (its limits, or by hand) between Spark's read and now.
             self.ordered.log.warning("%d of %d copies were no longer in the source stream when read for publishing",

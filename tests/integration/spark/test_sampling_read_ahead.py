@@ -6,7 +6,10 @@ while the next chunk is being read fails the batch with its own error and leaves
 
 from __future__ import annotations
 
+import asyncio
 import time
+from typing import Any
+from unittest import mock
 
 import nats
 import pytest
@@ -23,7 +26,7 @@ from replicator.options import ReaderOptions
 from replicator.sampling.rules import SamplingParams
 from replicator.source_reader import SourceReader
 from replicator.spark.sampling import SamplingSink
-from replicator.spark.sink import OrderedSink, SinkSettings
+from replicator.spark.sink import BatchResult, OrderedSink, SinkSettings
 
 pytestmark = pytest.mark.integration
 
@@ -96,17 +99,31 @@ def test_a_later_chunk_unlike_what_the_rules_saw_fails_the_batch_after_the_chunk
     assert _consumers(src, "REG") == 0
 
 
+def _reads_left(loop: LoopThread) -> list[str]:
+    """The sink's reads ahead still running on the connections' loop."""
+
+    async def reads() -> list[str]:
+        return [n for t in asyncio.all_tasks() if "_next_chunk" in (n := t.get_coro().__qualname__)]
+
+    return list(loop.run(reads(), 10))
+
+
+def _failing_target(dst: str) -> None:
+    """The target refuses its fifth message: with chunks of 3, the second chunk's publish fails."""
+    run(create_stream(dst, "REG", ["reg.>"], max_msgs=4, discard=DiscardPolicy.NEW))
+
+
 def test_a_publish_failing_while_the_next_chunk_is_read_leaves_no_reader_behind(
     source_server: NatsCluster, nats_server: NatsCluster, loop: LoopThread
 ) -> None:
     src, dst = source_server.url, nats_server.url
     # Without direct gets the source is read by a pull consumer, which must not outlive the read.
     run(create_stream(src, "REG", ["reg.>"], allow_direct=False))
-    # The target refuses its fifth message: the second chunk's publish fails while the third is read.
-    run(create_stream(dst, "REG", ["reg.>"], max_msgs=4, discard=DiscardPolicy.NEW))
+    _failing_target(dst)
     run(publish(src, [(f"reg.n{i}", b'{"sender": "n"}', None) for i in range(40)]))
     times = {m.seq: m.ts_ns // 1_000_000 for m in run(read_all(src, "REG"))}
-    # Reads across a slow link: the third chunk's read is still on its way when the publish fails.
+    # Reads across a slow link (0.4 s a round trip): the third chunk's read is still on its way
+    # when the second chunk's publish fails, within milliseconds.
     with FaultProxy(url_port(src)) as link:
         link.latency = 0.2
         sink = _sink(link.url, dst, loop, chunk_messages=3)
@@ -117,9 +134,42 @@ def test_a_publish_failing_while_the_next_chunk_is_read_leaves_no_reader_behind(
             sink.close()
     assert our_copies(dst, "REG") == [1, 2, 3, 4]
     assert _consumers(src, "REG") == 0
-    # The connections' loop is not left with a read running: it still serves the next batch.
-    assert loop.run(_one(), 10) == 1
+    assert _reads_left(loop) == []
 
 
-async def _one() -> int:
-    return 1
+def test_a_read_ahead_stalled_when_the_publish_fails_is_cancelled_not_waited_for(
+    source_server: NatsCluster, nats_server: NatsCluster, loop: LoopThread
+) -> None:
+    """A source that stops answering (a frozen host) while a chunk is published: a read waits
+    up to 30 s for its replies. The batch fails at once with the publish's own error."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", ["reg.>"]))
+    _failing_target(dst)
+    run(publish(src, [(f"reg.n{i}", b'{"sender": "n"}', None) for i in range(40)]))
+    times = {m.seq: m.ts_ns // 1_000_000 for m in run(read_all(src, "REG"))}
+    with FaultProxy(url_port(src)) as link:
+        link.latency = 0.2  # the third chunk's read cannot be back before the link stalls
+        sink = _sink(link.url, dst, loop, chunk_messages=3)
+        publish_part = sink._publish_copies
+        parts = []
+
+        def stall_then_publish(*args: Any) -> BatchResult:
+            parts.append(1)
+            if len(parts) == 2:
+                link.stall()
+            return publish_part(*args)
+
+        started = time.monotonic()
+        try:
+            with (
+                mock.patch.object(sink, "_publish_copies", stall_then_publish),
+                pytest.raises(PublishError, match="refused source sequence 5"),
+            ):
+                sink.publish_decided(decided_rows(sorted(times.items()), 40), 0, time.monotonic())
+            failed_after = time.monotonic() - started
+            assert _reads_left(loop) == []
+        finally:
+            link.restore()
+            sink.close()
+    assert failed_after < 10, failed_after  # not the read's own 30 s, nor _closed's 10 s bound
+    assert our_copies(dst, "REG") == [1, 2, 3, 4]
