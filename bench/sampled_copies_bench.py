@@ -63,11 +63,11 @@ def worker(src: str, dst: str, target: str, times_file: str, per_batch: int) -> 
         for n in range(0, len(pairs), per_batch):
             part = pairs[n : n + per_batch]
             rows: list[dict[str, Any]] = [
-                {"kind": KIND_COPY, "seq": q, "ts_ms": t, "size": 1500} for q, t in part
+                {"kind": KIND_COPY, "seq": q, "ts_ms": t, "size": size} for q, t, size in part
             ]
             rows.append({"kind": KIND_STATS, "seq": part[-1][0], "ts_ms": part[-1][1], "size": len(part),
                          "warned": 0, "unkeyed": 0, "forced": 0, "received": len(part),
-                         "received_bytes": 1500 * len(part)})  # fmt: skip
+                         "received_bytes": sum(p[2] for p in part)})  # fmt: skip
             table = pa.Table.from_pylist(rows, rows_schema)
             t0, c0 = time.monotonic(), time.process_time()
             sink.publish_decided(table, n // per_batch, t0)
@@ -80,23 +80,13 @@ def worker(src: str, dst: str, target: str, times_file: str, per_batch: int) -> 
     print(json.dumps({"copied": copied, "wall_s": wall, "cpu_s": cpu}))
 
 
-async def _fill(url: str, n: int) -> list[tuple[int, int]]:
-    import nats
-    from nats.js.api import StreamConfig
-
-    nc = await nats.connect(url.split(","))
-    try:
-        js = nc.jetstream(publish_async_max_pending=4000)
-        await js.add_stream(StreamConfig(name="FLEET", subjects=["reg.>"], allow_direct=True, num_replicas=3))
-        pad = "x" * 1400
-        for i in range(n):
-            await js.publish_async(f"reg.{i % 1000}", f'{{"sender":"node{i:07d}","pad":"{pad}"}}'.encode())
-        await js.publish_async_completed()
-    finally:
-        await nc.close()
+async def _fill(url: str, n: int) -> list[tuple[int, int, int]]:
+    """`n` ~1.5 KB registrations in an R3 stream FLEET; each one's (sequence, time in ms, size)."""
+    from bench.copy_bench import fill
     from harness.streams import read_all
 
-    return [(m.seq, m.ts_ns // 1_000_000) for m in await read_all(url, "FLEET")]
+    await fill(url, "FLEET", n, 1500, "reg.>", num_replicas=3)
+    return [(m.seq, m.ts_ns // 1_000_000, len(m.data)) for m in await read_all(url, "FLEET")]
 
 
 async def _target(url: str, name: str) -> None:
@@ -108,14 +98,6 @@ async def _target(url: str, name: str) -> None:
         await nc.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"]))
     finally:
         await nc.close()
-
-
-def _cpu_s(pids: list[int]) -> float:
-    hz, total = os.sysconf("SC_CLK_TCK"), 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / hz
 
 
 def main() -> None:
@@ -133,6 +115,7 @@ def main() -> None:
         sys.exit("sampled copies bench: a --root is given twice; give each checkout once")
     sys.path.insert(0, str(HERE.parents[1]))
     from bench.copy_bench import stream_count
+    from bench.proctree import CpuSplit
     from harness.localnats import local_cluster
 
     results: dict[Path, list[dict[str, float]]] = {r: [] for r in roots}
@@ -145,7 +128,8 @@ def main() -> None:
             for root in roots:
                 target = f"T{n}_{roots.index(root)}"
                 asyncio.run(_target(d.url, target))
-                before = _cpu_s(servers)
+                cpu = CpuSplit(servers[0], servers[1:])
+                cpu.start()
                 code = (f"import sys; sys.path[:0] = [{str(root)!r}, {str(HERE.parent)!r}]; "
                         f"from sampled_copies_bench import worker; "
                         f"worker({s.url!r}, {d.url!r}, {target!r}, {str(times_file)!r}, {args.copies_per_batch})")  # fmt: skip
@@ -155,7 +139,7 @@ def main() -> None:
                 if out.returncode != 0:
                     sys.exit(f"sampled copies bench: the round from {root} failed:\n{out.stderr[-3000:]}")
                 run = json.loads(out.stdout.strip().splitlines()[-1])
-                run["servers_s"] = _cpu_s(servers) - before
+                run["servers_s"] = sum(cpu.stop().values())
                 stored = asyncio.run(stream_count(d.url, target))
                 if stored != len(pairs):
                     sys.exit(
