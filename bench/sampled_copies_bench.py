@@ -105,6 +105,12 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--copies-per-batch", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        help="copy one message in this many (1: every one, as in the wave; 12: a fleet's steady state)",
+    )
     ap.add_argument("--root", action="append", default=[], help="a checkout to run (repeat to compare)")
     args = ap.parse_args()
     roots = [Path(r).resolve() for r in args.root] or [HERE.parents[1]]
@@ -120,7 +126,9 @@ def main() -> None:
 
     results: dict[Path, list[dict[str, float]]] = {r: [] for r in roots}
     with local_cluster(3, "src") as s, local_cluster(1, "dst") as d, tempfile.TemporaryDirectory() as work:
-        pairs = asyncio.run(_fill(s.url, args.messages))
+        if args.every < 1:
+            sys.exit("sampled copies bench: --every must be 1 or more (one copy in that many messages)")
+        pairs = asyncio.run(_fill(s.url, args.messages))[:: args.every]
         times_file = Path(work) / "times.json"
         times_file.write_text(json.dumps(pairs))
         servers = [srv.proc.pid for srv in (*s.servers, *d.servers) if srv.proc]

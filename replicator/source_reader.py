@@ -13,9 +13,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Sequence
 
+from replicator.copy_reads import chunked
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.connect import open_connection
-from replicator.nats.readers import RawMessage, read_chunks, stream_info
+from replicator.nats.readers import DirectReader, RawMessage, read_chunks, stream_info
 from replicator.options import ReaderOptions
 
 
@@ -72,6 +73,14 @@ class SourceReader:
         async with contextlib.aclosing(chunks):  # also when the caller stops early: a consumer is deleted
             async for chunk in chunks:
                 yield chunk
+
+    async def each(self, seqs: Sequence[int], sizes: Sequence[int]) -> AsyncGenerator[list[RawMessage], None]:
+        """Messages `seqs` (ascending; `sizes` their payloads'), each read by a direct get of its
+        own, a chunk's worth asked at once (the stream must allow direct gets). A sequence the
+        stream no longer holds is left out."""
+        reader = DirectReader(await self.connection(), self.o.stream, self.o.filter_subject)
+        for chunk in chunked(seqs, sizes, self.o.chunk_messages, self.o.chunk_bytes):
+            yield await reader.each(chunk)
 
     async def parts_side_by_side(self, parts: Sequence[tuple[int, int]]) -> list[list[RawMessage]]:
         """The chunks of consecutive sub-ranges, read at the same time and returned in order:

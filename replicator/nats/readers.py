@@ -13,7 +13,7 @@ import base64
 import contextlib
 import json
 import secrets
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 
 from nats.aio.client import Client
@@ -23,6 +23,7 @@ from nats.js.errors import APIError, NotFoundError
 from replicator.nats import wire
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.timestamps import rfc3339_to_ns
+from replicator.subjects import subject_matches
 
 # How long a reader waits for the next reply of a request before it gives up on the range.
 REQUEST_TIMEOUT_S = 30.0
@@ -131,6 +132,81 @@ class DirectReader:
         finally:
             await self.nc.raw_unsubscribe(sub)
         return out
+
+    async def each(self, seqs: Sequence[int]) -> list[RawMessage]:
+        """Messages `seqs` (ascending), each by a direct get of its own, all asked at once: for
+        messages far apart, where a batched get would read every one between them too. What
+        the replica that answered does not hold is read from the stream leader; a sequence the
+        leader does not hold either is left out (deleted, or expired), unless the leader holds
+        less than the stream did (RangeNotHeld: read again later, as for a range)."""
+        if not seqs:
+            return []
+        inbox = self.nc.new_inbox()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        got: dict[int, RawMessage] = {}
+        missed: list[int] = []
+        # Each request's reply subject ends in its sequence: a miss (404) carries nothing else.
+        asked = {f"{inbox}.{seq}".encode(): seq for seq in seqs}
+
+        def on_reply(subject: bytes, _reply: bytes, data: bytes, block: bytes | None) -> None:
+            if done.done():
+                return
+            seq = asked.pop(subject, None)
+            if seq is None:
+                return  # not one of ours, or answered already
+            code = wire.status_code(block)
+            try:
+                if code == "404":
+                    missed.append(seq)
+                elif code is not None or not block:
+                    raise wire.WireError(f"direct get of sequence {seq}: status {code or 'without headers'}")
+                else:
+                    at, subj, ts_ns, headers = wire.parse_direct_reply(block)
+                    if at != seq:
+                        raise wire.WireError(f"direct get of sequence {seq} answered with sequence {at}")
+                    got[seq] = RawMessage(seq, subj, ts_ns, headers, data)
+            except Exception as e:  # any reply it cannot read fails the read: never a gap
+                done.set_exception(e)
+                return
+            if not asked:
+                done.set_result(None)
+
+        sub = await self.nc.raw_subscribe(f"{inbox}.*", on_reply)
+        try:
+            requests = [(f"{inbox}.{seq}", b'{"seq":%d}' % seq) for seq in seqs]
+            await self.nc.publish_requests(self.direct_get_subject(), requests)
+            await await_replies(
+                self.nc, done, REQUEST_TIMEOUT_S, f"direct gets of {len(seqs)} messages of stream {self.stream}",
+                lambda: len(seqs) - len(asked),
+            )  # fmt: skip
+        finally:
+            await self.nc.raw_unsubscribe(sub)
+        if missed:
+            for m in await asyncio.gather(*(self._held_by_leader(seq) for seq in missed)):
+                if m is not None:
+                    got[m.seq] = m
+        # A sequence that no longer holds a message on the filter's subjects (another life of the
+        # stream) is gone, as a range read would find it.
+        keep = (lambda m: subject_matches(m.subject, self.filter_subject)) if self.filter_subject else None
+        return [got[seq] for seq in seqs if seq in got and (keep is None or keep(got[seq]))]
+
+    async def _held_by_leader(self, seq: int) -> RawMessage | None:
+        """Message `seq` as the stream leader has it; None once the leader shows it is gone."""
+        m = await leader_message(self.nc, self.stream, seq)
+        if m is not None:
+            return m
+        info = await stream_info(self.nc, self.stream)
+        if info is None or int(info.state.last_seq) < seq:
+            raise RangeNotHeld(
+                f"stream {self.stream}: its leader holds sequences up to "
+                f"{int(info.state.last_seq) if info is not None else 0}, short of {seq} that this "
+                "read was planned to: read again once it has caught up"
+            )
+        return await leader_message(self.nc, self.stream, seq)  # asked again: the leader may have changed
+
+    def direct_get_subject(self) -> str:
+        """Where single direct gets go (any replica answers)."""
+        return f"$JS.API.DIRECT.GET.{self.stream}"
 
     async def leader_get(self, seq: int) -> RawMessage | None:
         """Message `seq` from the stream leader, or with a filter the first matching one at or

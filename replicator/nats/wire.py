@@ -200,6 +200,11 @@ def check_subject(subject: str, reply: str = "") -> None:
         raise WireError(f"invalid subject {subject!r} (reply {reply!r}): no spaces or line breaks")
 
 
+def pub(subject: str, reply: str, payload: bytes) -> bytes:
+    """The PUB command publishing `payload`, without headers."""
+    return b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply.encode(), len(payload), payload)
+
+
 def hpub(subject: str, reply: str, header_lines: bytes, payload: bytes) -> bytes:
     """The HPUB command publishing `payload` with the header block around `header_lines`."""
     hlen = len(header_lines) + HEADER_FRAME

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator.aio import LoopThread
+from replicator.copy_reads import Span, plan_reads
 from replicator.gap_fill import pushed_out_copies
 from replicator.metrics import LIMITER, metrics
 from replicator.nats.advisories import publish_advisories
@@ -221,24 +222,6 @@ def decided_per_bucket(rows: Any, p: SamplingParams, seed: dict[int, bytes] | No
     )
 
 
-# Copies further apart than this many sequences are read as separate ranges (a sampled stream
-# copies few of its messages once every sender is known; reading between them costs more).
-COPY_RUN_GAP = 256
-
-
-def _runs(seqs: list[int], gap: int) -> list[tuple[int, int]]:
-    """(first, last) of each run of ascending `seqs` whose neighbours are at most `gap` apart."""
-    runs: list[tuple[int, int]] = []
-    first = prev = seqs[0]
-    for s in seqs[1:]:
-        if s - prev > gap:
-            runs.append((first, prev))
-            first = s
-        prev = s
-    runs.append((first, prev))
-    return runs
-
-
 async def _next_chunk(
     chunks: AsyncGenerator[list[RawMessage], None], ahead: asyncio.Task[list[RawMessage] | None] | None
 ) -> tuple[list[RawMessage] | None, asyncio.Task[list[RawMessage] | None] | None]:
@@ -273,6 +256,8 @@ class DecidedBatch:
     """Sequences to copy, ascending."""
     copy_times_ms: list[int]
     """When each of `copies` was stored (ms), as the rules saw it: the read-back must find the same."""
+    copy_sizes: list[int]
+    """Each of `copies`' payload size (bounds the chunks of copies read one by one)."""
     advisories: pa.Table
     """In event-time order (then by the message that caused each)."""
     stats: pa.Table
@@ -294,10 +279,11 @@ class DecidedBatch:
         last = pc.max(stats.column("seq")).as_py() if stats.num_rows else None
         clock = pc.max(stats.column("ts_ms")).as_py() if stats.num_rows else None
         due = pc.min(stats.column("due_ms")).as_py() if stats.num_rows else None
-        copies = table.filter(pc.equal(kinds, KIND_COPY)).select(["seq", "ts_ms"]).sort_by("seq")
+        copies = table.filter(pc.equal(kinds, KIND_COPY)).select(["seq", "ts_ms", "size"]).sort_by("seq")
         return cls(
             copies=copies.column("seq").to_pylist(),
             copy_times_ms=copies.column("ts_ms").to_pylist(),
+            copy_sizes=copies.column("size").to_pylist(),
             advisories=table.filter(pc.equal(kinds, KIND_ADVISORY)).sort_by(
                 [("ts_ms", "ascending"), ("seq", "ascending")]
             ),
@@ -391,8 +377,8 @@ class SamplingSink:
         result = BatchResult(received=decided.received, received_bytes=decided.received_bytes)
         if result.received:
             result.last_seq = decided.last_seq
-            on_subjects = self._replayed_subjects(decided.copies, decided.copy_times_ms)
-            for part in self._copies(decided.copies, decided.copy_times_ms):
+            on_subjects = self._replayed_subjects(decided)
+            for part in self._copies(decided):
                 r = self._publish_copies(part, on_subjects)
                 result.copied += r.copied
                 result.copied_bytes += r.copied_bytes
@@ -438,20 +424,20 @@ class SamplingSink:
         self.ordered.log.debug("batch %d: %d messages, %d copied, %d advisories", batch_id, result.received,
                   result.copied, advs.num_rows)  # fmt: skip
 
-    def _replayed_subjects(self, seqs: list[int], times_ms: list[int]) -> list[tuple[int, str]]:
+    def _replayed_subjects(self, decided: DecidedBatch) -> list[tuple[int, str]]:
         """(source sequence, subject) of every copy of a batch that replays a failed publish,
         when the target keeps N messages a subject and holds some of what it sent (none
         otherwise): a copy of one part left out as pushed out must count the later parts'
         copies on its subject too. Read from the source ahead of the parts (again for each
         such replay: they are rare, and only these two columns are kept)."""
         unacked = self._unacked
-        if unacked is None or unacked.seqs.isdisjoint(seqs) or not self._held(unacked):
+        if unacked is None or unacked.seqs.isdisjoint(decided.copies) or not self._held(unacked):
             return []
         if not self._keeps_n_a_subject():
             return []  # nothing is pushed out: no check counts them
         return [
             pair
-            for part in self._copies(seqs, times_ms)
+            for part in self._copies(decided)
             for pair in zip(part.column("seq").to_pylist(), part.column("subject").to_pylist(), strict=True)
         ]
 
@@ -567,18 +553,27 @@ class SamplingSink:
         seqs = rest.column("seq")
         return rest.filter(pc.invert(pc.is_in(seqs, value_set=pa.array(sorted(gone), type=seqs.type))))
 
-    def _copies(self, seqs: list[int], times_ms: list[int]) -> Iterator[pa.Table]:
+    def _copies(self, decided: DecidedBatch) -> Iterator[pa.Table]:
         """The messages to copy, read back from the source in order, a chunk at a time (the
         batch's rows carry no payloads: see replicator.spark.rows.to_sampling_batch). Copies
-        close together are read as one range; far apart, each run on its own. Each must be
-        the message the rules saw (stored at `times_ms`), or the batch fails."""
+        close together are read as a range, far apart one by one (replicator.copy_reads). Each
+        must be the message the rules saw (stored at its time in `decided`), or the batch fails."""
+        seqs = decided.copies
         if not seqs:
             return
-        self.loop.run(self.source.connection(), 60)  # a source that cannot be reached: the batch fails
-        wanted = dict(zip(seqs, times_ms, strict=True))
+        try:
+            # A source that cannot be reached: the batch fails.
+            one_by_one = self.loop.run(self.source.allows_direct(), 60)
+        except SourceStreamGone as e:
+            raise PublishError(f"{e}; its copies cannot be published") from None
+        wanted = dict(zip(seqs, decided.copy_times_ms, strict=True))
         found = 0
-        for first, last in _runs(seqs, COPY_RUN_GAP):
-            chunks = self.source.chunks(first, last + 1)
+        for read in plan_reads(seqs, decided.copy_sizes, one_by_one):
+            chunks = (
+                self.source.chunks(read.first, read.last + 1)
+                if isinstance(read, Span)
+                else self.source.each(read.seqs, read.sizes)
+            )
             # Each chunk is read while the caller publishes the one before (the source and the
             # target are other connections): when every sender falls due at once, most of a
             # batch is copies, and the reads and publishes otherwise wait in turn.

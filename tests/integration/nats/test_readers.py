@@ -161,6 +161,58 @@ def test_a_range_the_streams_leader_does_not_hold_yet_is_read_again_not_ended_ea
         run(_chunks(url, "E", 11, 30, direct=direct, chunk_messages=4))
 
 
+async def _each(
+    reader: type[DirectReader], url: str, stream: str, seqs: list[int], **kw: str
+) -> list[RawMessage]:
+    nc = await open_connection(url, name="test-each")
+    try:
+        return await reader(nc, stream, **kw).each(seqs)
+    finally:
+        await nc.close()
+
+
+def test_messages_read_one_by_one_come_back_whole_in_order_and_deleted_ones_are_left_out(
+    nats_server: NatsCluster,
+) -> None:
+    """Copies far apart are read by a direct get each, all asked at once: the replies arrive
+    in any order, and each message is handed back in the order asked, as stored."""
+    url = nats_server.url
+    run(create_stream(url, "S", ["s.>"]))
+    run(publish_raw(url, [(f"s.{i}", b"%d" % i * (i % 50), [("I", str(i))]) for i in range(1, 3001)]))
+    run(_delete(url, "S", [24, 2400]))
+    asked = list(range(12, 3001, 12))  # one in twelve, as a fleet's steady state copies
+    got = run(_each(DirectReader, url, "S", asked))
+    assert [m.seq for m in got] == [s for s in asked if s not in (24, 2400)]
+    assert all((m.subject, m.data, m.headers) == (f"s.{m.seq}", b"%d" % m.seq * (m.seq % 50), [("I", str(m.seq))])
+               for m in got)  # fmt: skip
+    # With a filter, a sequence holding a message on another subject is gone as well.
+    filtered = run(_each(DirectReader, url, "S", [12, 13, 14], filter_subject="s.13"))
+    assert [m.seq for m in filtered] == [13]
+
+
+class _ReplicaWithNothing(DirectReader):
+    """Every single direct get answered by a replica that holds none of it (behind its leader,
+    or just restarted): its gets go to an empty stream, which answers each with a 404."""
+
+    def direct_get_subject(self) -> str:
+        return "$JS.API.DIRECT.GET.NOTHING"
+
+
+def test_what_the_replica_that_answered_lacks_is_read_from_the_leader(nats_server: NatsCluster) -> None:
+    url = nats_server.url
+    run(create_stream(url, "NOTHING", ["nothing.>"]))
+    run(create_stream(url, "F", ["f.>"]))
+    run(publish_raw(url, [(f"f.{i}", b"v%d" % i, REPEATED) for i in range(1, 41)]))
+    run(_delete(url, "F", [20]))
+    got = run(_each(_ReplicaWithNothing, url, "F", [5, 20, 30, 40]))
+    assert [(m.seq, m.subject, m.data, m.headers) for m in got] == [
+        (s, f"f.{s}", b"v%d" % s, REPEATED) for s in (5, 30, 40)
+    ]
+    # A sequence past what the leader holds is read again later, never taken as gone.
+    with pytest.raises(RangeNotHeld, match="holds sequences up to 40, short of 41"):
+        run(_each(_ReplicaWithNothing, url, "F", [30, 41]))
+
+
 def test_the_go_originals_source_initiated_consumer_is_found(nats_server: NatsCluster) -> None:
     """An elected entry warns when a source-initiated Go instance (its durable `SR_<entry>`
     on the source) may take over from it and copy again what ours copied (issue 28, hole 11)."""

@@ -137,16 +137,19 @@ def test_a_publish_failing_while_the_next_chunk_is_read_leaves_no_reader_behind(
     assert _reads_left(loop) == []
 
 
+@pytest.mark.parametrize("every", [1, 2], ids=["read-as-ranges", "read-one-by-one"])
 def test_a_read_ahead_stalled_when_the_publish_fails_is_cancelled_not_waited_for(
-    source_server: NatsCluster, nats_server: NatsCluster, loop: LoopThread
+    source_server: NatsCluster, nats_server: NatsCluster, loop: LoopThread, every: int
 ) -> None:
     """A source that stops answering (a frozen host) while a chunk is published: a read waits
-    up to 30 s for its replies. The batch fails at once with the publish's own error."""
+    up to 30 s for its replies. The batch fails at once with the publish's own error, whether
+    the copies are read as a range (every message) or one by one (one in two)."""
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "REG", ["reg.>"]))
     _failing_target(dst)
     run(publish(src, [(f"reg.n{i}", b'{"sender": "n"}', None) for i in range(40)]))
-    times = {m.seq: m.ts_ns // 1_000_000 for m in run(read_all(src, "REG"))}
+    times = {m.seq: m.ts_ns // 1_000_000 for m in run(read_all(src, "REG")) if m.seq % every == 1 % every}
+    copies = sorted(times)
     with FaultProxy(url_port(src)) as link:
         link.latency = 0.2  # the third chunk's read cannot be back before the link stalls
         sink = _sink(link.url, dst, loop, chunk_messages=3)
@@ -163,7 +166,7 @@ def test_a_read_ahead_stalled_when_the_publish_fails_is_cancelled_not_waited_for
         try:
             with (
                 mock.patch.object(sink, "_publish_copies", stall_then_publish),
-                pytest.raises(PublishError, match="refused source sequence 5"),
+                pytest.raises(PublishError, match=f"refused source sequence {copies[4]}"),
             ):
                 sink.publish_decided(decided_rows(sorted(times.items()), 40), 0, time.monotonic())
             failed_after = time.monotonic() - started
@@ -172,4 +175,40 @@ def test_a_read_ahead_stalled_when_the_publish_fails_is_cancelled_not_waited_for
             link.restore()
             sink.close()
     assert failed_after < 10, failed_after  # not the read's own 30 s, nor _closed's 10 s bound
-    assert our_copies(dst, "REG") == [1, 2, 3, 4]
+    assert our_copies(dst, "REG") == copies[:4]
+
+
+def test_copies_far_apart_are_read_one_by_one_and_nothing_between_them_is_read(
+    source_server: NatsCluster, nats_server: NatsCluster, loop: LoopThread
+) -> None:
+    """A fleet's steady state copies one message in twelve: the source sends the copies (and
+    the stream's info), not the range around them. A copy deleted from the source since the
+    rules saw it is not published; every other goes once, in order, as stored."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", ["reg.>"]))
+    run(create_stream(dst, "REG", ["reg.>"]))
+    run(publish(src, [(f"reg.n{i % 100}", f'{{"i": {i}}}'.encode(), None) for i in range(1200)]))
+    source = {m.seq: m for m in run(read_all(src, "REG"))}
+    wanted = list(range(12, 1201, 12))
+    run(_delete(src, "REG", 600))
+    sink = _sink(src, dst, loop, chunk_messages=40)
+    try:
+        sink.publish_decided(
+            decided_rows([(s, source[s].ts_ns // 1_000_000) for s in wanted], 1200), 0, time.monotonic()
+        )
+        received = loop.run(sink.source.connection(), 10).stats["in_msgs"]
+    finally:
+        sink.close()
+    copied = [s for s in wanted if s != 600]
+    assert our_copies(dst, "REG") == copied
+    copies = run(read_all(dst, "REG"))
+    assert [(m.subject, m.data) for m in copies] == [(source[s].subject, source[s].data) for s in copied]
+    assert received <= len(wanted) + 5, received  # a range would have read 1,189 messages
+
+
+async def _delete(url: str, stream: str, seq: int) -> None:
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().delete_msg(stream, seq)
+    finally:
+        await nc.close()
