@@ -27,6 +27,8 @@ from replicator.subjects import subject_matches
 
 # How long a reader waits for the next reply of a request before it gives up on the range.
 REQUEST_TIMEOUT_S = 30.0
+# Leader gets in flight at once when a replica could not answer single direct gets.
+LEADER_GETS = 32
 
 
 class ReadInterrupted(ConnectionError):
@@ -45,14 +47,15 @@ async def await_replies(
     timeout: float,
     what: str,
     progress: Callable[[], int] = lambda: 0,
+    since_reconnects: int | None = None,
 ) -> None:
     """Wait for `done` (a request's replies all in), for at most `timeout` without progress
     (`progress()`, the replies received so far, not moving): a slow link that keeps delivering
     is waited for, however long the whole answer takes. A connection lost or re-established
     meanwhile fails at once (ReadInterrupted) rather than after `timeout`: a reply sent while it
-    was down never arrives."""
+    was down never arrives (`since_reconnects`: the count before the request was sent)."""
     loop = asyncio.get_running_loop()
-    reconnects = nc.stats["reconnects"]
+    reconnects = nc.stats["reconnects"] if since_reconnects is None else since_reconnects
     deadline = loop.time() + timeout
     seen = progress()
     while True:
@@ -136,16 +139,17 @@ class DirectReader:
     async def each(self, seqs: Sequence[int]) -> list[RawMessage]:
         """Messages `seqs` (ascending), each by a direct get of its own, all asked at once: for
         messages far apart, where a batched get would read every one between them too. What
-        the replica that answered does not hold is read from the stream leader; a sequence the
-        leader does not hold either is left out (deleted, or expired), unless the leader holds
-        less than the stream did (RangeNotHeld: read again later, as for a range)."""
+        the replica that answered does not give (a 404 from one behind, a 503 with none
+        serving direct gets) is read from the stream leader; a sequence the leader does not
+        hold either is left out (deleted, or expired), unless the leader holds less than the
+        stream did (RangeNotHeld: read again later, as for a range). Each is returned once."""
         if not seqs:
             return []
         inbox = self.nc.new_inbox()
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         got: dict[int, RawMessage] = {}
         missed: list[int] = []
-        # Each request's reply subject ends in its sequence: a miss (404) carries nothing else.
+        # Each request's reply subject ends in its sequence: a status reply carries nothing else.
         asked = {f"{inbox}.{seq}".encode(): seq for seq in seqs}
 
         def on_reply(subject: bytes, _reply: bytes, data: bytes, block: bytes | None) -> None:
@@ -154,12 +158,11 @@ class DirectReader:
             seq = asked.pop(subject, None)
             if seq is None:
                 return  # not one of ours, or answered already
-            code = wire.status_code(block)
             try:
-                if code == "404":
-                    missed.append(seq)
-                elif code is not None or not block:
-                    raise wire.WireError(f"direct get of sequence {seq}: status {code or 'without headers'}")
+                if not block:
+                    raise wire.WireError(f"direct get of sequence {seq}: a reply without headers")
+                if wire.status_code(block) is not None:
+                    missed.append(seq)  # the leader says what the replica could not
                 else:
                     at, subj, ts_ns, headers = wire.parse_direct_reply(block)
                     if at != seq:
@@ -171,38 +174,58 @@ class DirectReader:
             if not asked:
                 done.set_result(None)
 
+        reconnects = self.nc.stats["reconnects"]  # before the requests: a reconnect while sent counts
         sub = await self.nc.raw_subscribe(f"{inbox}.*", on_reply)
         try:
             requests = [(f"{inbox}.{seq}", b'{"seq":%d}' % seq) for seq in seqs]
             await self.nc.publish_requests(self.direct_get_subject(), requests)
             await await_replies(
                 self.nc, done, REQUEST_TIMEOUT_S, f"direct gets of {len(seqs)} messages of stream {self.stream}",
-                lambda: len(seqs) - len(asked),
+                lambda: len(seqs) - len(asked), since_reconnects=reconnects,
             )  # fmt: skip
         finally:
             await self.nc.raw_unsubscribe(sub)
         if missed:
-            for m in await asyncio.gather(*(self._held_by_leader(seq) for seq in missed)):
-                if m is not None:
-                    got[m.seq] = m
+            got.update(await self._from_leader(missed))
         # A sequence that no longer holds a message on the filter's subjects (another life of the
-        # stream) is gone, as a range read would find it.
+        # stream) is gone, as a range read would find it. pop: a sequence asked twice goes once.
         keep = (lambda m: subject_matches(m.subject, self.filter_subject)) if self.filter_subject else None
-        return [got[seq] for seq in seqs if seq in got and (keep is None or keep(got[seq]))]
+        return [m for seq in seqs if (m := got.pop(seq, None)) is not None and (keep is None or keep(m))]
 
-    async def _held_by_leader(self, seq: int) -> RawMessage | None:
-        """Message `seq` as the stream leader has it; None once the leader shows it is gone."""
-        m = await leader_message(self.nc, self.stream, seq)
-        if m is not None:
+    async def _from_leader(self, seqs: list[int]) -> dict[int, RawMessage]:
+        """Messages `seqs` as the stream leader has them, LEADER_GETS at a time (a replica far
+        behind misses a whole chunk; the server's API queue is every client's). Those it does
+        not hold are gone once it shows it holds the stream past them (asked again: the leader
+        may have changed between the requests); else RangeNotHeld."""
+        limit = asyncio.Semaphore(LEADER_GETS)
+
+        async def get(seq: int) -> RawMessage | None:
+            async with limit:
+                m = await leader_message(self.nc, self.stream, seq)
+            if m is not None and m.seq != seq:
+                raise wire.WireError(f"the stream leader answered sequence {seq} with sequence {m.seq}")
             return m
-        info = await stream_info(self.nc, self.stream)
-        if info is None or int(info.state.last_seq) < seq:
-            raise RangeNotHeld(
-                f"stream {self.stream}: its leader holds sequences up to "
-                f"{int(info.state.last_seq) if info is not None else 0}, short of {seq} that this "
-                "read was planned to: read again once it has caught up"
-            )
-        return await leader_message(self.nc, self.stream, seq)  # asked again: the leader may have changed
+
+        async def all_of(wanted: list[int]) -> dict[int, RawMessage | None]:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = {seq: group.create_task(get(seq)) for seq in wanted}
+            except ExceptionGroup as failed:
+                raise failed.exceptions[0] from None
+            return {seq: t.result() for seq, t in tasks.items()}
+
+        found = await all_of(seqs)
+        absent = [seq for seq, m in found.items() if m is None]
+        if absent:
+            info = await stream_info(self.nc, self.stream)
+            last = int(info.state.last_seq) if info is not None else 0
+            if last < absent[-1]:
+                raise RangeNotHeld(
+                    f"stream {self.stream}: its leader holds sequences up to {last}, short of {absent[-1]} "
+                    "that this read was planned to: read again once it has caught up"
+                )
+            found.update(await all_of(absent))
+        return {seq: m for seq, m in found.items() if m is not None}
 
     def direct_get_subject(self) -> str:
         """Where single direct gets go (any replica answers)."""

@@ -26,7 +26,7 @@ def test_a_stream_without_direct_gets_is_read_in_ranges_split_where_copies_lie_f
     ]
 
 
-def test_a_lone_copy_is_read_one_by_one_and_one_in_two_is_still_a_range() -> None:
+def test_a_lone_copy_and_one_in_two_are_read_one_by_one_and_three_in_four_as_a_range() -> None:
     assert plan_reads([50], [1], one_by_one=True) == [OneByOne([50], [1])]
     assert plan_reads([2, 4, 6, 8], [1] * 4, one_by_one=True) == [OneByOne([2, 4, 6, 8], [1] * 4)]
     assert plan_reads([2, 3, 4, 6], [1] * 4, one_by_one=True) == [Span(2, 6)]
@@ -59,3 +59,20 @@ def test_chunks_of_single_reads_are_bounded_by_messages_and_by_bytes() -> None:
     assert list(chunked([1, 2, 3, 4], [1000] * 4, max_messages=100, max_bytes=2 * per)) == [[1, 2], [3, 4]]
     # A message larger than the bound is read on its own, never skipped.
     assert list(chunked([1, 2, 3], [10, 5000, 10], max_messages=100, max_bytes=1000)) == [[1], [2], [3]]
+
+
+@given(
+    st.lists(st.integers(0, 5000), max_size=100),
+    st.integers(1, 10),
+    st.integers(1, 20_000),
+)
+def test_chunks_hold_every_sequence_once_in_order_none_empty_and_none_past_a_bound(
+    sizes: list[int], max_messages: int, max_bytes: int
+) -> None:
+    seqs = list(range(1, len(sizes) + 1))
+    size_of = dict(zip(seqs, sizes, strict=True))
+    chunks = list(chunked(seqs, sizes, max_messages, max_bytes))
+    assert [s for c in chunks for s in c] == seqs
+    for c in chunks:
+        assert 0 < len(c) <= max_messages
+        assert len(c) == 1 or sum(size_of[s] + MESSAGE_OVERHEAD for s in c) <= max_bytes

@@ -174,8 +174,9 @@ async def _each(
 def test_messages_read_one_by_one_come_back_whole_in_order_and_deleted_ones_are_left_out(
     nats_server: NatsCluster,
 ) -> None:
-    """Copies far apart are read by a direct get each, all asked at once: the replies arrive
-    in any order, and each message is handed back in the order asked, as stored."""
+    """Copies far apart are read by a direct get each, all asked at once: each message is
+    handed back in the order asked, as stored (replies are matched by their reply subject,
+    whichever replica sends them and whenever)."""
     url = nats_server.url
     run(create_stream(url, "S", ["s.>"]))
     run(publish_raw(url, [(f"s.{i}", b"%d" % i * (i % 50), [("I", str(i))]) for i in range(1, 3001)]))
@@ -188,6 +189,25 @@ def test_messages_read_one_by_one_come_back_whole_in_order_and_deleted_ones_are_
     # With a filter, a sequence holding a message on another subject is gone as well.
     filtered = run(_each(DirectReader, url, "S", [12, 13, 14], filter_subject="s.13"))
     assert [m.seq for m in filtered] == [13]
+
+
+def test_messages_read_one_by_one_from_an_r3_stream_come_back_whole_through_each_server(
+    source_cluster: NatsCluster,
+) -> None:
+    """On a 3-server cluster any replica answers a direct get, and one a little behind the
+    leader answers 404: read at once after the publish, through each server, nothing is missing."""
+    run(create_stream(source_cluster.url, "R3", ["r3.>"], num_replicas=3))
+    for k, server in enumerate(source_cluster.servers):
+        run(
+            publish_raw(
+                server.url, [(f"r3.{i}", b"%d" % i, []) for i in range(2000 * k + 1, 2000 * k + 2001)]
+            )
+        )
+        asked = list(range(2000 * k + 7, 2000 * k + 2001, 12))
+        got = run(_each(DirectReader, server.url, "R3", asked))
+        assert [(m.seq, m.subject, m.data) for m in got] == [(s, f"r3.{s}", b"%d" % s) for s in asked], (
+            server.url
+        )
 
 
 class _ReplicaWithNothing(DirectReader):
@@ -211,6 +231,46 @@ def test_what_the_replica_that_answered_lacks_is_read_from_the_leader(nats_serve
     # A sequence past what the leader holds is read again later, never taken as gone.
     with pytest.raises(RangeNotHeld, match="holds sequences up to 40, short of 41"):
         run(_each(_ReplicaWithNothing, url, "F", [30, 41]))
+
+
+class _ReplicaBehind(DirectReader):
+    """Single direct gets answered by a replica that holds the stream's first 150 messages only
+    (PART, the same subjects and payloads): what it lacks, the leader gives."""
+
+    def direct_get_subject(self) -> str:
+        return "$JS.API.DIRECT.GET.PART"
+
+
+class _NoneServing(DirectReader):
+    """No server answers direct gets (a stream edited without them, or all its replicas
+    catching up): each request gets a 503, and the leader gives every message."""
+
+    def direct_get_subject(self) -> str:
+        return "$JS.API.DIRECT.GET.NOSUCH"
+
+
+def test_a_chunk_that_replicas_answer_in_part_or_not_at_all_is_read_whole_from_the_leader(
+    nats_server: NatsCluster,
+) -> None:
+    url = nats_server.url
+    items = [(f"g.{i}", b"g%d" % i, [("I", str(i))]) for i in range(1, 401)]
+    run(create_stream(url, "G", ["g.>"]))
+    run(create_stream(url, "PART", ["part.>"]))
+    run(publish_raw(url, items))
+    run(
+        publish_raw(
+            url, [(f"part.{i}", data, headers) for i, (_, data, headers) in enumerate(items[:150], 1)]
+        )
+    )
+    asked = list(range(2, 401, 2))  # 125 of them past what PART holds: more than LEADER_GETS at once
+    for reader in (_ReplicaBehind, _NoneServing, DirectReader):
+        got = run(_each(reader, url, "G", asked))
+        assert [m.seq for m in got] == asked, reader.__name__
+        assert [(m.data, m.headers) for m in got] == [(b"g%d" % s, [("I", str(s))]) for s in asked], (
+            reader.__name__
+        )
+    # Asked twice, a sequence comes back once.
+    assert [m.seq for m in run(_each(DirectReader, url, "G", [5, 5, 9]))] == [5, 9]
 
 
 def test_the_go_originals_source_initiated_consumer_is_found(nats_server: NatsCluster) -> None:
