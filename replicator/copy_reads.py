@@ -15,7 +15,7 @@ from dataclasses import dataclass
 RUN_GAP = 256
 # A run of copies is read as a range when at least this share of its sequences are copies. In
 # bench.sampled_copies_bench (2026-12-07), one by one against ranges: every message a copy 0.9x,
-# one in two 1.2x, one in three 1.4x, one in twelve 3-4x (and a fifth of the process's CPU).
+# one in two 1.2x, one in three 1.4x, one in twelve 3.2-4.7x (a fifth of the process's CPU).
 DENSE_SHARE = 0.75
 # What a message read carries besides its payload (subject, the server's headers), for bounding
 # a chunk of single gets by bytes.

@@ -215,7 +215,8 @@ class DirectReader:
             return {seq: t.result() for seq, t in tasks.items()}
 
         found = await all_of(seqs)
-        absent = [seq for seq, m in found.items() if m is None]
+        # Ascending, whatever order the misses came in: the leader must hold the highest of them.
+        absent = sorted(seq for seq, m in found.items() if m is None)
         if absent:
             info = await stream_info(self.nc, self.stream)
             last = int(info.state.last_seq) if info is not None else 0

@@ -233,6 +233,28 @@ def test_what_the_replica_that_answered_lacks_is_read_from_the_leader(nats_serve
         run(_each(_ReplicaWithNothing, url, "F", [30, 41]))
 
 
+def test_misses_arriving_out_of_order_are_read_again_when_the_leader_lacks_the_highest(
+    nats_server: NatsCluster,
+) -> None:
+    """Misses come back in whatever order the replicas answer. A leader holding up to 700 (just
+    elected, still applying its log) lacks 1000: the read is tried again, even when the miss
+    at 500 (deleted) came after it."""
+    url = nats_server.url
+    run(create_stream(url, "O", ["o.>"]))
+    run(publish_raw(url, [(f"o.{i}", b"x", []) for i in range(700)]))
+    run(_delete(url, "O", [500]))
+
+    async def from_leader() -> object:
+        nc = await open_connection(url)
+        try:
+            return await DirectReader(nc, "O")._from_leader([1000, 500])
+        finally:
+            await nc.close()
+
+    with pytest.raises(RangeNotHeld, match="holds sequences up to 700, short of 1000"):
+        run(from_leader())
+
+
 class _ReplicaBehind(DirectReader):
     """Single direct gets answered by a replica that holds the stream's first 150 messages only
     (PART, the same subjects and payloads): what it lacks, the leader gives."""
