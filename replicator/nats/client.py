@@ -219,6 +219,17 @@ class ReplicatorClient(Client):
         self._raw_handlers.pop(sub._id, None)
         await sub.unsubscribe()
 
+    def _check_sendable(self) -> None:
+        """Raise unless a command written now goes out on the connection as it is."""
+        if self.is_closed:
+            raise errors.ConnectionClosedError
+        if self.is_draining_pubs:
+            raise errors.ConnectionDrainingError
+        if not self.is_connected:
+            # Not buffered for after the reconnect (nats-py's publish would): it would land
+            # after whatever the dropped connection lost. The caller retries the batch.
+            raise errors.ConnectionReconnectingError
+
     async def publish_encoded(self, subject: str, reply: str, header_lines: bytes, payload: bytes) -> None:
         """`publish` with the header lines already encoded (`wire.encode_header_lines`): the
         sink publishes thousands of messages whose headers differ in two values, and nats-py's
@@ -227,18 +238,11 @@ class ReplicatorClient(Client):
             wire.check_subject(subject, reply)
         except wire.WireError:
             raise errors.BadSubjectError from None
-        if self.is_closed:
-            raise errors.ConnectionClosedError
-        if self.is_draining_pubs:
-            raise errors.ConnectionDrainingError
+        self._check_sendable()
         size = len(payload)
         # The server counts the header block too, and closes a connection that exceeds it.
         if size + len(header_lines) + wire.HEADER_FRAME > self._max_payload:
             raise errors.MaxPayloadError
-        if not self.is_connected:
-            # Not buffered for after the reconnect (nats-py's publish would): it would land
-            # after whatever the dropped connection lost. The caller retries the batch.
-            raise errors.ConnectionReconnectingError
         self.stats["out_msgs"] += 1
         self.stats["out_bytes"] += size
         await self._send_command(wire.hpub(subject, reply, header_lines, payload))
@@ -254,10 +258,7 @@ class ReplicatorClient(Client):
                 wire.check_subject(subject, reply)
             except wire.WireError:
                 raise errors.BadSubjectError from None
-        if self.is_closed:
-            raise errors.ConnectionClosedError
-        if not self.is_connected:
-            raise errors.ConnectionReconnectingError  # as publish_encoded: never sent after a reconnect
+        self._check_sendable()
         self.stats["out_msgs"] += len(requests)
         self.stats["out_bytes"] += sum(len(payload) for _, payload in requests)
         await self._send_command(b"".join(wire.pub(subject, reply, payload) for reply, payload in requests))
