@@ -3,7 +3,7 @@ due at once (`steady-100k`'s third minute): the sampling sink's step after the r
 Spark, against real servers (an R3 source cluster of 3 and a single target, as in the scenario).
 
     .venv/bin/python -m bench.sampled_copies_bench [--messages 100000] [--copies-per-batch 10000]
-        [--rounds 3] [--root DIR ...]
+        [--rounds 3] [--every 1] [--root DIR ...]
 
 The source holds `--messages` ~1.5 KB registrations. Each round copies all of them, cut into
 batches of `--copies-per-batch` decided copies (the rows the rules hand the sink), into a fresh

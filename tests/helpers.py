@@ -347,3 +347,13 @@ def binary_pickled_as_bytes(spark: Any) -> bool:
     wrapper = getattr(jvm, "org.apache.spark.sql.execution.python.EvaluatePython$BytesWrapper")
     pickled = bytes(jvm.net.razorvine.pickle.Pickler(True, False).dumps(wrapper(bytearray(b"ab"))))
     return pickled.startswith(b"\x80\x02B\x02\x00\x00\x00ab")
+
+
+async def delete_messages(url: str, stream: str, seqs: list[int]) -> None:
+    """Delete messages `seqs` of `stream` (as its limits, or an operator, would)."""
+    nc = await nats.connect(url.split(","))
+    try:
+        for seq in seqs:
+            await nc.jetstream().delete_msg(stream, seq)
+    finally:
+        await nc.close()

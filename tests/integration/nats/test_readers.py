@@ -9,7 +9,7 @@ import base64
 import json
 
 import pytest
-from helpers import create_stream, publish_raw, run
+from helpers import create_stream, delete_messages, publish_raw, run
 from nats_servers import NatsCluster
 
 from replicator.nats import wire
@@ -118,15 +118,6 @@ class _ReplicaHoldingNothing(DirectReader):
         return []
 
 
-async def _delete(url: str, stream: str, seqs: list[int]) -> None:
-    nc = await open_connection(url)
-    try:
-        for seq in seqs:
-            await nc.jetstream().delete_msg(stream, seq)
-    finally:
-        await nc.close()
-
-
 def test_a_deleted_message_where_a_replica_held_nothing_does_not_end_the_range(
     nats_server: NatsCluster,
 ) -> None:
@@ -135,7 +126,7 @@ def test_a_deleted_message_where_a_replica_held_nothing_does_not_end_the_range(
     url = nats_server.url
     run(create_stream(url, "D", ["d.>"]))
     run(publish_raw(url, [(f"d.{i}", b"x", []) for i in range(1, 11)]))
-    run(_delete(url, "D", [4, 5, 10]))
+    run(delete_messages(url, "D", [4, 5, 10]))
 
     async def read() -> list[int]:
         nc = await open_connection(url)
@@ -180,7 +171,7 @@ def test_messages_read_one_by_one_come_back_whole_in_order_and_deleted_ones_are_
     url = nats_server.url
     run(create_stream(url, "S", ["s.>"]))
     run(publish_raw(url, [(f"s.{i}", b"%d" % i * (i % 50), [("I", str(i))]) for i in range(1, 3001)]))
-    run(_delete(url, "S", [24, 2400]))
+    run(delete_messages(url, "S", [24, 2400]))
     asked = list(range(12, 3001, 12))  # one in twelve, as a fleet's steady state copies
     got = run(_each(DirectReader, url, "S", asked))
     assert [m.seq for m in got] == [s for s in asked if s not in (24, 2400)]
@@ -223,7 +214,7 @@ def test_what_the_replica_that_answered_lacks_is_read_from_the_leader(nats_serve
     run(create_stream(url, "NOTHING", ["nothing.>"]))
     run(create_stream(url, "F", ["f.>"]))
     run(publish_raw(url, [(f"f.{i}", b"v%d" % i, REPEATED) for i in range(1, 41)]))
-    run(_delete(url, "F", [20]))
+    run(delete_messages(url, "F", [20]))
     got = run(_each(_ReplicaWithNothing, url, "F", [5, 20, 30, 40]))
     assert [(m.seq, m.subject, m.data, m.headers) for m in got] == [
         (s, f"f.{s}", b"v%d" % s, REPEATED) for s in (5, 30, 40)
@@ -242,7 +233,7 @@ def test_misses_arriving_out_of_order_are_read_again_when_the_leader_lacks_the_h
     url = nats_server.url
     run(create_stream(url, "O", ["o.>"]))
     run(publish_raw(url, [(f"o.{i}", b"x", []) for i in range(700)]))
-    run(_delete(url, "O", [500]))
+    run(delete_messages(url, "O", [500]))
 
     async def from_leader() -> object:
         nc = await open_connection(url)

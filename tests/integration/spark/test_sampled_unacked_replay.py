@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import nats
 import pytest
-from helpers import copied_source_sequences, create_stream, publish, run, update_stream
+from helpers import copied_source_sequences, create_stream, delete_messages, publish, run, update_stream
 from nats.js.api import StreamConfig
 from nats_servers import NatsCluster
 from sampled_rows import decided as decided_rows
@@ -47,14 +46,6 @@ def _sinks(src: str, dst: str, loop: LoopThread, record: Path, floor: int) -> Sa
         SamplingParams(inspect_ms=60_000, warn_ms=30_000, stream="S"),
         UnackedRecord(record, "T"),
     )
-
-
-async def _delete(url: str, stream: str, seq: int) -> None:
-    nc = await nats.connect(url)
-    try:
-        await nc.jetstream().delete_msg(stream, seq)
-    finally:
-        await nc.close()
 
 
 @pytest.mark.parametrize("restarted", [True, False], ids=["after-a-kill", "same-process"])
@@ -90,7 +81,7 @@ def test_a_replay_publishes_the_refused_copy_once_and_nothing_acknowledged_or_re
 
         # A successor starts at the target's last copy (10). Meanwhile copy 3, acknowledged, was
         # removed from the target, and the target now takes per-message TTLs; past its window.
-        run(_delete(dst, "T", 3))
+        run(delete_messages(dst, "T", [3]))
         run(update_stream(dst, dataclasses.replace(TARGET, allow_msg_ttl=True)))  # its window stays 1 s
         time.sleep(3)  # past the duplicate window (its ids are purged on a timer: up to twice it)
         second = _sinks(source_link.url, dst, loop, record, floor=10) if restarted else first

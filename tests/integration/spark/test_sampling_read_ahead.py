@@ -13,7 +13,7 @@ from unittest import mock
 
 import nats
 import pytest
-from helpers import create_stream, our_copies, publish, run, url_port
+from helpers import create_stream, delete_messages, our_copies, publish, run, url_port
 from nats.js.api import DiscardPolicy
 from nats_servers import NatsCluster
 from sampled_rows import decided as decided_rows
@@ -192,7 +192,7 @@ def test_copies_far_apart_are_read_one_by_one_and_nothing_between_them_is_read(
     run(publish(src, [(f"reg.n{i % 100}", f'{{"i": {i}}}'.encode(), None) for i in range(1200)]))
     source = {m.seq: m for m in run(read_all(src, "REG"))}
     wanted = list(range(12, 1201, 12))
-    run(_delete(src, "REG", 600))
+    run(delete_messages(src, "REG", [600]))
     sink = _sink(src, dst, loop, chunk_messages=40)
     try:
         sink.publish_decided(
@@ -206,11 +206,3 @@ def test_copies_far_apart_are_read_one_by_one_and_nothing_between_them_is_read(
     copies = run(read_all(dst, "REG"))
     assert [(m.subject, m.data) for m in copies] == [(source[s].subject, source[s].data) for s in copied]
     assert received <= len(wanted) + 5, received  # a range would have read 1,189 messages
-
-
-async def _delete(url: str, stream: str, seq: int) -> None:
-    nc = await nats.connect(url)
-    try:
-        await nc.jetstream().delete_msg(stream, seq)
-    finally:
-        await nc.close()
