@@ -41,8 +41,18 @@ from harness.streams import copy_differences, read_all
 from harness.streams import count_messages as count
 from replicator.headers import parse_source_header
 from replicator.nats.wire import first_value
+from replicator.sampling.rules import SamplingParams
 
-from .test_sampling import SUBJECTS, fleet_file, got, sampling_stream, settle_expected
+from .test_sampling import (
+    SUBJECTS,
+    by_sender_field,
+    copied,
+    expected,
+    fleet_file,
+    got,
+    sampling_stream,
+    settle_expected,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -52,10 +62,17 @@ class LivePublisher:
     faults: a publish that fails is retried with the same Nats-Msg-Id, so the source holds
     each message once whatever happened to its ack."""
 
-    def __init__(self, url: str, rate: float = 400.0, subject: Callable[[int], str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        rate: float = 400.0,
+        subject: Callable[[int], str] | None = None,
+        body: Callable[[int], bytes] | None = None,
+    ) -> None:
         self.url = url
         self.rate = rate
         self.subject = subject or (lambda i: f"reg.{i % 97}")
+        self.body = body or (lambda i: registration(i, 800))
         self.sent = 0
         self.errors = 0
         self._stop = threading.Event()
@@ -74,9 +91,7 @@ class LivePublisher:
                 i = self.sent
                 while not self._stop.is_set():
                     try:
-                        await js.publish(
-                            self.subject(i), registration(i, 800), headers={"Nats-Msg-Id": f"p{i}"}
-                        )
+                        await js.publish(self.subject(i), self.body(i), headers={"Nats-Msg-Id": f"p{i}"})
                         break
                     except Exception:
                         self.errors += 1
@@ -412,6 +427,52 @@ def test_a_backlog_read_while_the_source_streams_leader_is_killed_and_back_10s_l
     finally:
         for link in links:
             link.stop()
+
+
+def test_sparse_sampled_copies_read_while_the_source_streams_leader_is_killed_are_each_copied_once(
+    source_trio: NatsCluster, target_trio: NatsCluster, tmp_path: Path
+) -> None:
+    """A sampled fleet whose copies lie far apart (one message in twelve forced, 100 senders
+    seen once an hour), so each batch's copies are read back one by one by direct gets of their
+    own (replicator.copy_reads), from an R3 source while it is published to; the server leading
+    the stream is killed (SIGKILL) mid-copy and started again 10 s later, then catches up while
+    it answers direct gets. Every copy the rules give is in the target once, in order. (Where
+    the kill lands varies: in one run it failed a batch with a request timeout, and the batch
+    was read again; the replica-behind and no-server-serving answers are each tested
+    deterministically in tests/integration/nats/test_readers.py.)"""
+    src, dst = source_trio.url, target_trio.url
+    run(create_stream(src, "REG", SUBJECTS, num_replicas=3))
+    run(create_stream(dst, "REG", SUBJECTS, num_replicas=3))
+
+    def body(i: int) -> bytes:
+        doc = json.loads(registration(i, 1000))
+        doc["force"] = i % 12 == 0
+        return json.dumps(doc).encode()
+
+    def subject(i: int) -> str:
+        return f"{SUBJECTS[0][:-1]}n{i % 100}"
+
+    run(publish(src, [(subject(i), body(i), None) for i in range(6000)]))  # a backlog, then live
+    entry = sampling_stream(src, dst, inspect_duration="1h", warn_duration="30m")
+    del entry["advisory"]  # the copies are what this test is about
+    rep = start_replicator(write_config(tmp_path / "sr.yaml", "dc1", [entry]))
+    try:
+        with LivePublisher(src, rate=300, subject=lambda i: subject(6000 + i), body=lambda i: body(6000 + i)):
+            wait_for(lambda: run(count(dst, "REG")) >= 600, SLOW_S, "the backlog's copies", rep)
+            time.sleep(3)  # live batches, each with a few copies
+            leader = run(_stream_leader(src))
+            server = next(s for s in source_trio.servers if s.name == leader)
+            server.kill9()
+            time.sleep(10)
+            server.start()
+            time.sleep(8)  # the restarted server catches up while it answers direct gets
+        wait_handled(rep, src, "REG")  # every message's copies are out
+    finally:
+        assert rep.stop() == 0, rep.output()
+    hour = SamplingParams(inspect_ms=3_600_000, warn_ms=1_800_000, size_trigger=300, stream="REG")
+    want, _ = expected(src, "REG", by_sender_field, hour)
+    assert len(want) > 800  # the backlog's 600 and the live messages' one in twelve
+    assert copied(dst, "REG", "dc1") == want
 
 
 SAMPLED = {"inspect_field": "sender", "inspect_duration": "1h"}  # every sender new: every message copied
