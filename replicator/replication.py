@@ -49,6 +49,8 @@ from replicator.nats.jetstream import (
     go_source_initiated_consumer,
     holds_copy,
     last_sequence,
+    leader_change_warning,
+    server_version,
     stream_info,
     wait_for_stream,
 )
@@ -191,6 +193,8 @@ class StreamReplication:
         self._source_direct = bool(info.config.allow_direct)
         self._source_created_us = created_us(info)
         self._source_rings = bool(bell_subjects(info, s.filter_subject))
+        if warning := leader_change_warning(server_version(self._source_nc), info.config.num_replicas or 1):
+            self.log.warning("%s", warning)
         if s.leader_election_name:
             go = await go_source_initiated_consumer(self._source_nc, s.stream, s.name)
             if go is not None:

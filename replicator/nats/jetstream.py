@@ -200,15 +200,38 @@ async def target_limits(nc: ReplicatorClient, stream: str) -> TargetLimits:
 
 # The first nats-server release that takes fast-ingest batches (a stream's allow_batched).
 FAST_BATCH_SERVER = (2, 14)
+# The first whose new stream leader answers as leader only once it has stored its whole log
+# (nats-server 43e7a0279): before it, a read just after a leader change can find a stored
+# message missing and take it for deleted (docs/design.md).
+LEADER_STORES_LOG_SERVER = (2, 11)
+
+
+def server_version(nc: Client) -> tuple[int, int] | None:
+    """(major, minor) of the server `nc` is connected to; None when its INFO names none."""
+    try:
+        v = nc.connected_server_version
+        return (v.major, v.minor)
+    except Exception:  # no version in its INFO: an unknown server
+        return None
 
 
 def takes_fast_batches(nc: Client) -> bool:
-    """Whether the server `nc` is connected to is new enough for fast-ingest batches."""
-    try:
-        v = nc.connected_server_version
-        return (v.major, v.minor) >= FAST_BATCH_SERVER
-    except Exception:  # no version in its INFO: an unknown server, taken as too old
-        return False
+    """Whether the server `nc` is connected to is new enough for fast-ingest batches (an
+    unknown one is taken as too old)."""
+    v = server_version(nc)
+    return v is not None and v >= FAST_BATCH_SERVER
+
+
+def leader_change_warning(version: tuple[int, int] | None, replicas: int) -> str | None:
+    """What to tell a user whose clustered source stream runs on servers that let a new leader
+    answer before it has stored its log; None when that cannot happen."""
+    if replicas <= 1 or version is None or version >= LEADER_STORES_LOG_SERVER:
+        return None
+    return (
+        f"the source servers run nats-server {version[0]}.{version[1]}: a stream leader elected while a batch "
+        "is read can answer before it has stored its log, and a message it does not hold yet is taken for "
+        "deleted and not copied; upgrade the source servers to 2.11 or later"
+    )
 
 
 async def last_message(nc: ReplicatorClient, info: StreamInfo) -> RawMessage | None:

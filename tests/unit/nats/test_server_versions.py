@@ -1,0 +1,30 @@
+"""Which source servers get the warning about a read across a stream leader change."""
+
+from __future__ import annotations
+
+import pytest
+
+from replicator.nats.jetstream import leader_change_warning
+
+
+@pytest.mark.parametrize("version", [(2, 10), (2, 9), (1, 99)])
+def test_a_clustered_source_on_servers_before_2_11_is_warned_about_with_the_fix(
+    version: tuple[int, int],
+) -> None:
+    warning = leader_change_warning(version, replicas=3)
+    assert warning is not None
+    assert f"nats-server {version[0]}.{version[1]}" in warning
+    assert "upgrade the source servers to 2.11 or later" in warning
+
+
+@pytest.mark.parametrize(
+    ("version", "replicas"),
+    [((2, 11), 3), ((2, 15), 3), ((3, 0), 5), ((2, 10), 1), (None, 3)],
+    ids=["2.11-r3", "2.15-r3", "3.0-r5", "2.10-r1", "unknown-r3"],
+)
+def test_no_warning_where_a_new_leader_cannot_answer_before_storing_its_log(
+    version: tuple[int, int] | None, replicas: int
+) -> None:
+    # A single replica has no leader change; a server without a version in its INFO is not
+    # nats-server, and nothing can be said of it.
+    assert leader_change_warning(version, replicas) is None
