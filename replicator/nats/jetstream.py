@@ -200,19 +200,21 @@ async def target_limits(nc: ReplicatorClient, stream: str) -> TargetLimits:
 
 # The first nats-server release that takes fast-ingest batches (a stream's allow_batched).
 FAST_BATCH_SERVER = (2, 14)
-# The first whose new stream leader answers as leader only once it has stored its whole log
-# (nats-server 43e7a0279): before it, a read just after a leader change can find a stored
-# message missing and take it for deleted (docs/design.md).
+# The first whose newly elected stream leader answers as leader only once it has applied its
+# log (nats-server d35b6ad0e): before it, a read just after a leader change can find a stored
+# message missing and may take it for deleted (docs/design.md).
 LEADER_STORES_LOG_SERVER = (2, 11)
 
 
 def server_version(nc: Client) -> tuple[int, int] | None:
-    """(major, minor) of the server `nc` is connected to; None when its INFO names none."""
+    """(major, minor) of the server `nc` is connected to; None when its INFO names none (nats-py
+    then says 0.0.0-unknown) or one that cannot be read."""
     try:
         v = nc.connected_server_version
-        return (v.major, v.minor)
-    except Exception:  # no version in its INFO: an unknown server
+        version = (v.major, v.minor)
+    except Exception:  # a version that is not major.minor.patch
         return None
+    return None if version == (0, 0) else version
 
 
 def takes_fast_batches(nc: Client) -> bool:
@@ -228,9 +230,9 @@ def leader_change_warning(version: tuple[int, int] | None, replicas: int) -> str
     if replicas <= 1 or version is None or version >= LEADER_STORES_LOG_SERVER:
         return None
     return (
-        f"the source servers run nats-server {version[0]}.{version[1]}: a stream leader elected while a batch "
-        "is read can answer before it has stored its log, and a message it does not hold yet is taken for "
-        "deleted and not copied; upgrade the source servers to 2.11 or later"
+        f"the source server runs nats-server {version[0]}.{version[1]}: a stream leader elected while a batch "
+        "is read can answer before it has applied its log, and a message it does not hold yet can be taken "
+        "for deleted and not copied; upgrade the source servers to 2.11 or later"
     )
 
 

@@ -308,7 +308,7 @@ async def next_in_range(
 async def require_leader_holds(nc: ReplicatorClient, stream: str, seq: int) -> None:
     """The stream leader lacked messages a read was planned to give: they are gone only if it
     holds the stream up to `seq` (the highest of them); a leader holding less (just elected on
-    a server older than 2.11, still storing its log: docs/design.md) raises RangeNotHeld, so
+    a server older than 2.11, still applying its log: docs/design.md) raises RangeNotHeld, so
     the read is made again rather than taken as ending early."""
     info = await stream_info(nc, stream)
     last = int(info.state.last_seq) if info is not None else 0

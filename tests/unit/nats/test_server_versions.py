@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from nats.aio.client import Client
 
-from replicator.nats.jetstream import leader_change_warning
+from replicator.nats.jetstream import leader_change_warning, server_version, takes_fast_batches
 
 
 @pytest.mark.parametrize("version", [(2, 10), (2, 9), (1, 99)])
@@ -28,3 +29,11 @@ def test_no_warning_where_a_new_leader_cannot_answer_before_storing_its_log(
     # A single replica has no leader change; a server without a version in its INFO is not
     # nats-server, and nothing can be said of it.
     assert leader_change_warning(version, replicas) is None
+
+
+def test_a_server_that_names_no_version_is_unknown_not_version_0_0() -> None:
+    # nats-py says 0.0.0-unknown for a connection whose server gave no version (here: none yet).
+    nc = Client()
+    assert server_version(nc) is None
+    assert leader_change_warning(server_version(nc), replicas=3) is None
+    assert not takes_fast_batches(nc)
