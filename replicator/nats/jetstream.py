@@ -203,7 +203,7 @@ FAST_BATCH_SERVER = (2, 14)
 # The first whose newly elected stream leader answers as leader only once it has applied its
 # log (nats-server d35b6ad0e): before it, a read just after a leader change can find a stored
 # message missing and may take it for deleted (docs/design.md).
-LEADER_STORES_LOG_SERVER = (2, 11)
+LEADER_APPLIES_LOG_SERVER = (2, 11)
 
 
 def server_version(nc: Client) -> tuple[int, int] | None:
@@ -226,8 +226,8 @@ def takes_fast_batches(nc: Client) -> bool:
 
 def leader_change_warning(version: tuple[int, int] | None, replicas: int) -> str | None:
     """What to tell a user whose clustered source stream runs on servers that let a new leader
-    answer before it has stored its log; None when that cannot happen."""
-    if replicas <= 1 or version is None or version >= LEADER_STORES_LOG_SERVER:
+    answer before it has applied its log; None when that cannot happen."""
+    if replicas <= 1 or version is None or version >= LEADER_APPLIES_LOG_SERVER:
         return None
     return (
         f"the source server runs nats-server {version[0]}.{version[1]}: a stream leader elected while a batch "

@@ -23,7 +23,7 @@ def test_a_clustered_source_on_servers_before_2_11_is_warned_about_with_the_fix(
     [((2, 11), 3), ((2, 15), 3), ((3, 0), 5), ((2, 10), 1), (None, 3)],
     ids=["2.11-r3", "2.15-r3", "3.0-r5", "2.10-r1", "unknown-r3"],
 )
-def test_no_warning_where_a_new_leader_cannot_answer_before_storing_its_log(
+def test_no_warning_where_a_new_leader_cannot_answer_before_applying_its_log(
     version: tuple[int, int] | None, replicas: int
 ) -> None:
     # A single replica has no leader change; a server without a version in its INFO is not
