@@ -23,15 +23,22 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+# C1 only shrinks the JVM's default code cache from 240 MB to 48 MB, which a sampled query's
+# compiled code outgrows within minutes under load: the JVM then flushes most of it and
+# compiles it again, or stops compiling ("CodeCache is full. Compiler has been disabled") and
+# runs what it has not compiled interpreted. The JVM's own tiered default; pages are touched
+# only as code is compiled, so a copy-only JVM (~16 MB of code) is no larger for it.
+# docs/performance.md, 2026-12-07 (tenth session).
+CODE_CACHE = ["-XX:ReservedCodeCacheSize=240m"]
 # For copy-only jobs, where the JVM's own work is light (1.1 of its 7.3 CPU-s) and C2's
 # compiling was the cost: C1 only, and the serial collector.
-LIGHT_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+LIGHT_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", *CODE_CACHE, "-XX:+UseSerialGC"]
 # For jobs with a sampled stream, which shuffle and keep state: C1 only too, with the JVM's
 # default collector. C2 was still compiling Spark's per-batch code minutes in, a third of the
 # replicator's CPU while every sender is new (at a start, a failover, a catch-up); C1's code
 # costs the JVM's own work up to 1.1x, which a fleet's real rate (100,000 nodes: 333 msg/s) hardly
 # feels. `bench.sampling_bench` and steady-100k side by side: docs/performance.md, 2026-12-02.
-SAMPLING_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1"]
+SAMPLING_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", *CODE_CACHE]
 # When no batch's rows pass through the JVM (the driver reads every copy batch itself): the heap
 # starts at 32 MB and grows as it fills, rather than at 1/64 of the machine's memory (384 MB
 # here), most of which the collector touched before its first collection. `bench.memory_probe`:

@@ -1,5 +1,5 @@
-"""The Spark driver's JVM options: C1 always, the serial collector for copy-only jobs; the class
-archive only when complete."""
+"""The Spark driver's JVM options: C1 always, with the code cache C1 alone would shrink; the serial
+collector for copy-only jobs; the class archive only when complete."""
 
 from __future__ import annotations
 
@@ -19,13 +19,12 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_without_an_archive_a_copy_job_gets_c1_and_the_serial_collector_a_sampling_job_c1(
     cache: Path,
 ) -> None:
-    assert jvm.driver_java_options() == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    c1 = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+    assert jvm.driver_java_options() == f"{c1} -XX:+UseSerialGC"
     # A small first heap only where no batch's rows pass through the JVM, and never for sampling.
-    assert (
-        jvm.driver_java_options(small_heap=True) == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms32m -Xmn16m"
-    )
-    assert jvm.driver_java_options(light=False, small_heap=True) == "-XX:TieredStopAtLevel=1"
-    assert jvm.driver_java_options(light=False) == "-XX:TieredStopAtLevel=1"
+    assert jvm.driver_java_options(small_heap=True) == f"{c1} -XX:+UseSerialGC -Xms32m -Xmn16m"
+    assert jvm.driver_java_options(light=False, small_heap=True) == c1
+    assert jvm.driver_java_options(light=False) == c1
 
 
 def test_an_archive_in_place_is_used(cache: Path) -> None:
