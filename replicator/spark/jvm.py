@@ -24,11 +24,11 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 # C1 only shrinks the JVM's default code cache from 240 MB to 48 MB, which a sampled query's
-# compiled code outgrows within minutes under load: the JVM then flushes most of it and
-# compiles it again, or stops compiling ("CodeCache is full. Compiler has been disabled") and
-# runs what it has not compiled interpreted. The JVM's own tiered default; pages are touched
-# only as code is compiled, so a copy-only JVM (~16 MB of code) is no larger for it.
-# docs/performance.md, 2026-12-07 (tenth session).
+# code (~47 MB under load) nearly fills: the JVM sweeps hard from 90 % full, and when it fills
+# it flushes most of it and compiles it again, or stops compiling for a while ("CodeCache is
+# full. Compiler has been disabled"). 240 MB is the size of the JVM's tiered default (one pool
+# here, not three segments); pages are touched only as code is compiled, so a copy-only JVM
+# (~16-18 MB of code) is no larger for it. docs/performance.md, 2026-12-07 (tenth session).
 CODE_CACHE = ["-XX:ReservedCodeCacheSize=240m"]
 # For copy-only jobs, where the JVM's own work is light (1.1 of its 7.3 CPU-s) and C2's
 # compiling was the cost: C1 only, and the serial collector.
