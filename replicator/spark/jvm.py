@@ -29,16 +29,17 @@ log = logging.getLogger(__name__)
 # full. Compiler has been disabled"). 240 MB is the size of the JVM's tiered default (one pool
 # here, not three segments); pages are touched only as code is compiled, so a copy-only JVM
 # (~16-18 MB of code) is no larger for it. docs/performance.md, 2026-12-07 (tenth session).
-CODE_CACHE = ["-XX:ReservedCodeCacheSize=240m"]
+# Every driver JVM runs C1 only, so the two go together.
+C1_ONLY = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
 # For copy-only jobs, where the JVM's own work is light (1.1 of its 7.3 CPU-s) and C2's
 # compiling was the cost: C1 only, and the serial collector.
-LIGHT_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", *CODE_CACHE, "-XX:+UseSerialGC"]
+LIGHT_JVM_OPTIONS = [*C1_ONLY, "-XX:+UseSerialGC"]
 # For jobs with a sampled stream, which shuffle and keep state: C1 only too, with the JVM's
 # default collector. C2 was still compiling Spark's per-batch code minutes in, a third of the
 # replicator's CPU while every sender is new (at a start, a failover, a catch-up); C1's code
 # costs the JVM's own work up to 1.1x, which a fleet's real rate (100,000 nodes: 333 msg/s) hardly
 # feels. `bench.sampling_bench` and steady-100k side by side: docs/performance.md, 2026-12-02.
-SAMPLING_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", *CODE_CACHE]
+SAMPLING_JVM_OPTIONS = list(C1_ONLY)
 # When no batch's rows pass through the JVM (the driver reads every copy batch itself): the heap
 # starts at 32 MB and grows as it fills, rather than at 1/64 of the machine's memory (384 MB
 # here), most of which the collector touched before its first collection. `bench.memory_probe`:

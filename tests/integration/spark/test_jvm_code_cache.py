@@ -18,7 +18,6 @@ import pytest
 pytestmark = pytest.mark.integration
 
 SCRIPT = """
-import sys
 from replicator.spark.session import build_session
 spark = build_session('local[1]', 'code-cache', conf={conf!r}, light_jvm={light})
 jvm = spark.sparkContext._jvm
@@ -36,7 +35,7 @@ spark.stop()
 @pytest.mark.parametrize(
     ("light", "conf", "expected_mb"),
     [
-        (False, {}, 240),  # 48 without replicator.spark.jvm.CODE_CACHE: the JVM's C1-only default
+        (False, {}, 240),  # 48 without the size in replicator.spark.jvm.C1_ONLY: the JVM's C1-only default
         (True, {"spark.driver.extraJavaOptions": "-XX:ReservedCodeCacheSize=64m"}, 64),
     ],
     ids=["sampled", "copy-only-with-the-configs-size"],
