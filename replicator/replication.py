@@ -193,7 +193,8 @@ class StreamReplication:
         self._source_direct = bool(info.config.allow_direct)
         self._source_created_us = created_us(info)
         self._source_rings = bool(bell_subjects(info, s.filter_subject))
-        if warning := leader_change_warning(server_version(self._source_nc), info.config.num_replicas or 1):
+        replicas, filtered = info.config.num_replicas or 1, bool(s.filter_subject)
+        if warning := leader_change_warning(server_version(self._source_nc), replicas, filtered):
             self.log.warning("%s", warning)
         if s.leader_election_name:
             go = await go_source_initiated_consumer(self._source_nc, s.stream, s.name)

@@ -68,7 +68,7 @@ class SourceReader:
         o = self.o
         chunks = read_chunks(
             nc, o.stream, start, end, direct=direct, filter_subject=o.filter_subject,
-            chunk_messages=o.chunk_messages, chunk_bytes=o.chunk_bytes,
+            chunk_messages=o.chunk_messages, chunk_bytes=o.chunk_bytes, prove_gone=True,
         )  # fmt: skip
         async with contextlib.aclosing(chunks):  # also when the caller stops early: a consumer is deleted
             async for chunk in chunks:
@@ -78,7 +78,7 @@ class SourceReader:
         """Messages `seqs` (ascending; `sizes` their payloads'), each read by a direct get of its
         own, a chunk's worth asked at once (the stream must allow direct gets). A sequence the
         stream no longer holds is left out."""
-        reader = DirectReader(await self.connection(), self.o.stream, self.o.filter_subject)
+        reader = DirectReader(await self.connection(), self.o.stream, self.o.filter_subject, prove_gone=True)
         for chunk in chunked(seqs, sizes, self.o.chunk_messages, self.o.chunk_bytes):
             yield await reader.each(chunk)
 

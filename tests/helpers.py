@@ -349,6 +349,15 @@ def binary_pickled_as_bytes(spark: Any) -> bool:
     return pickled.startswith(b"\x80\x02B\x02\x00\x00\x00ab")
 
 
+async def purge_stream(url: str, stream: str) -> None:
+    """Remove every message of `stream` (its first sequence moves past its last)."""
+    nc = await nats.connect(url.split(","))
+    try:
+        await nc.jetstream().purge_stream(stream)
+    finally:
+        await nc.close()
+
+
 async def delete_messages(url: str, stream: str, seqs: list[int]) -> None:
     """Delete messages `seqs` of `stream` (as its limits, or an operator, would)."""
     nc = await nats.connect(url.split(","))

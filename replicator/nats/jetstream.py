@@ -201,8 +201,8 @@ async def target_limits(nc: ReplicatorClient, stream: str) -> TargetLimits:
 # The first nats-server release that takes fast-ingest batches (a stream's allow_batched).
 FAST_BATCH_SERVER = (2, 14)
 # The first whose newly elected stream leader answers as leader only once it has applied its
-# log (nats-server d35b6ad0e): before it, a read just after a leader change can find a stored
-# message missing and may take it for deleted (docs/design.md).
+# log (nats-server d35b6ad0e): before it, a range read through a filter subject just after a
+# leader change can find stored messages missing and take them for deleted (docs/design.md).
 LEADER_APPLIES_LOG_SERVER = (2, 11)
 
 
@@ -224,15 +224,18 @@ def takes_fast_batches(nc: Client) -> bool:
     return v is not None and v >= FAST_BATCH_SERVER
 
 
-def leader_change_warning(version: tuple[int, int] | None, replicas: int) -> str | None:
+def leader_change_warning(version: tuple[int, int] | None, replicas: int, filtered: bool) -> str | None:
     """What to tell a user whose clustered source stream runs on servers that let a new leader
-    answer before it has applied its log; None when that cannot happen."""
-    if replicas <= 1 or version is None or version >= LEADER_APPLIES_LOG_SERVER:
+    answer before it has applied its log, read through a filter subject (without one, a message
+    such a leader lacks is taken for gone only where a reply shows it: replicator.nats.readers);
+    None when that cannot happen."""
+    if not filtered or replicas <= 1 or version is None or version >= LEADER_APPLIES_LOG_SERVER:
         return None
     return (
         f"the source server runs nats-server {version[0]}.{version[1]}: a stream leader elected while a batch "
-        "is read can answer before it has applied its log, and a message it does not hold yet can be taken "
-        "for deleted and not copied; upgrade the source servers to 2.11 or later"
+        "is read can answer before it has applied its log, and where the filter subject matches nothing more "
+        "in what it holds, the rest of a range can be taken for deleted and not copied; upgrade the source "
+        "servers to 2.11 or later"
     )
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import contextlib
 import json
 import secrets
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nats.aio.client import Client
 from nats.js.api import StreamInfo
@@ -29,6 +31,9 @@ from replicator.subjects import subject_matches
 REQUEST_TIMEOUT_S = 30.0
 # Leader gets in flight at once when a replica could not answer single direct gets.
 LEADER_GETS = 32
+# A stream info's deleted sequences are asked for only when it has at most this many: the list
+# comes in one reply, and a stream with per-subject limits can hold millions.
+DELETED_DETAILS_MAX = 10_000
 
 
 class ReadInterrupted(ConnectionError):
@@ -98,6 +103,10 @@ class DirectReader:
     filter_subject: str = ""
     chunk_messages: int = 5000
     chunk_bytes: int = 16 << 20
+    # A message the leader's answers lack is gone only where one reply shows it (source reads:
+    # a miss is a copy lost); else it is gone once the leader, asked twice, lacks it (reads of
+    # the target, whose last messages may be deleted with no later one ever to come).
+    prove_gone: bool = False
 
     async def batch(self, seq: int, n: int) -> list[RawMessage]:
         """One batched direct get: up to n messages from seq on."""
@@ -195,21 +204,24 @@ class DirectReader:
     async def _from_leader(self, seqs: list[int]) -> dict[int, RawMessage]:
         """Messages `seqs` as the stream leader has them, LEADER_GETS at a time (a replica far
         behind misses a whole chunk; the server's API queue is every client's). Those it does
-        not hold are gone once it shows it holds the stream past them (asked again: the leader
-        may have changed between the requests); else RangeNotHeld."""
+        not hold are gone, with `prove_gone`, only where one reply shows it: the first message
+        at or after one, asked again, lies past it, or a stream info shows it removed or
+        deleted (`require_shown_gone`). A leader holding less than the stream did raises
+        RangeNotHeld, and so does one whose answers show nothing (a deposed leader that has not
+        stepped down yet can answer after a stream info from the new one): read again later."""
         limit = asyncio.Semaphore(LEADER_GETS)
 
-        async def get(seq: int) -> RawMessage | None:
+        async def get(seq: int, or_next: bool) -> RawMessage | None:
             async with limit:
-                m = await leader_message(self.nc, self.stream, seq)
-            if m is not None and m.seq != seq:
+                m = await leader_message(self.nc, self.leader_get_stream(), seq, ">" if or_next else "")
+            if m is not None and (m.seq < seq if or_next else m.seq != seq):
                 raise wire.WireError(f"the stream leader answered sequence {seq} with sequence {m.seq}")
             return m
 
-        async def all_of(wanted: list[int]) -> dict[int, RawMessage | None]:
+        async def all_of(wanted: list[int], or_next: bool = False) -> dict[int, RawMessage | None]:
             try:
                 async with asyncio.TaskGroup() as group:
-                    tasks = {seq: group.create_task(get(seq)) for seq in wanted}
+                    tasks = {seq: group.create_task(get(seq, or_next)) for seq in wanted}
             except ExceptionGroup as failed:
                 raise failed.exceptions[0] from None
             return {seq: t.result() for seq, t in tasks.items()}
@@ -219,12 +231,28 @@ class DirectReader:
         absent = sorted(seq for seq, m in found.items() if m is None)
         if absent:
             await require_leader_holds(self.nc, self.stream, absent[-1])
-            found.update(await all_of(absent))
+            if not self.prove_gone:
+                found.update(await all_of(absent))  # asked again: the leader may have changed
+                return {seq: m for seq, m in found.items() if m is not None}
+            unproven = []
+            for seq, m in (await all_of(absent, or_next=True)).items():
+                if m is None:
+                    unproven.append(seq)  # nothing from it on, in the answer: no proof either way
+                elif m.seq == seq:
+                    found[seq] = m
+                # else: one answer holds a later message and not this one: it is gone
+            if unproven:
+                await require_shown_gone(self.nc, self.stream, sorted(unproven))
         return {seq: m for seq, m in found.items() if m is not None}
 
     def direct_get_subject(self) -> str:
         """Where single direct gets go (any replica answers)."""
         return f"$JS.API.DIRECT.GET.{self.stream}"
+
+    def leader_get_stream(self) -> str:
+        """Whose leader gives what the replicas lacked and where a range goes on: this stream's
+        (a test's stand-in for a leader behind answers for another stream)."""
+        return self.stream
 
     async def leader_get(self, seq: int) -> RawMessage | None:
         """Message `seq` from the stream leader, or with a filter the first matching one at or
@@ -237,7 +265,15 @@ class DirectReader:
             msgs = [m for m in await self.batch(seq, min(self.chunk_messages, end - seq)) if m.seq < end]
             if not msgs:
                 # Nothing from the replica that answered (behind, or all gone): the leader says.
-                m = await next_in_range(self.nc, self.stream, self.filter_subject, seq, end)
+                m = await next_in_range(
+                    self.nc,
+                    self.stream,
+                    self.filter_subject,
+                    seq,
+                    end,
+                    self.prove_gone,
+                    self.leader_get_stream(),
+                )
                 if m is None:
                     return
                 msgs = [m]
@@ -288,21 +324,37 @@ async def stream_info(nc: Client, stream: str) -> StreamInfo | None:
 
 
 async def next_in_range(
-    nc: ReplicatorClient, stream: str, filter_subject: str, seq: int, end: int
+    nc: ReplicatorClient,
+    stream: str,
+    filter_subject: str,
+    seq: int,
+    end: int,
+    prove_gone: bool = False,
+    gets_from: str = "",
 ) -> RawMessage | None:
     """A reader found nothing more from `seq` on, short of `end`: the next message of the range
     as the stream leader has it, or None once the leader shows the rest of the range is gone
     (deleted, expired, or not matching the filter). A range is planned from what the stream
     held; a leader that holds less than that (just elected, still applying its log) raises
-    RangeNotHeld, so the range is read again rather than taken as ending early."""
-    m = await leader_message(nc, stream, seq, filter_subject or ">")
+    RangeNotHeld, so the range is read again rather than taken as ending early. `prove_gone`:
+    see DirectReader. `gets_from`: the stream whose leader answers the gets, if not `stream` (a
+    test's leader behind)."""
+    m = await leader_message(nc, gets_from or stream, seq, filter_subject or ">")
     if m is not None:
         return m if m.seq < end else None  # the rest of the range is gone: the leader has later ones
     await require_leader_holds(nc, stream, end - 1)
-    # It holds the whole range and had nothing from seq on (asked once more: the leader may
-    # have changed between the two requests).
-    m = await leader_message(nc, stream, seq, filter_subject or ">")
-    return m if m is not None and m.seq < end else None
+    # The stream holds the whole range (asked once more: the leader may have changed between
+    # the two requests). A later message in the answer shows the rest of the range gone.
+    m = await leader_message(nc, gets_from or stream, seq, filter_subject or ">")
+    if m is not None:
+        return m if m.seq < end else None
+    if prove_gone and not filter_subject:
+        # Nothing from seq on, in an answer that may come from a leader behind, or deposed and
+        # not stepped down yet: the range's rest is gone only where a stream info shows it.
+        # (With a filter, "nothing matching from seq on" has no such proof short of reading
+        # the rest of the range: docs/faults.md, "Known gaps".)
+        await require_shown_gone(nc, stream, range(seq, end))
+    return None
 
 
 async def require_leader_holds(nc: ReplicatorClient, stream: str, seq: int) -> None:
@@ -319,6 +371,46 @@ async def require_leader_holds(nc: ReplicatorClient, stream: str, seq: int) -> N
         )
 
 
+async def require_shown_gone(nc: ReplicatorClient, stream: str, seqs: Sequence[int]) -> None:
+    """A server answered that it holds nothing at and after each of `seqs` (ascending: a list,
+    or a range's rest). It may be behind, or a stream leader deposed but not yet stepped down
+    whose answer came after a stream info from the new one, so the answer proves nothing. They
+    are gone only where one reply shows each removed (a stream info's first sequence above it)
+    or deleted (in its deleted list, asked for when it can hold them all and has at most
+    DELETED_DETAILS_MAX); else RangeNotHeld: read again (a message stored later makes the next
+    try's answer a proof)."""
+    state = await _stream_state(nc, stream, deleted_details=False)
+    left = seqs[bisect.bisect_left(seqs, int(state.get("first_seq", 0))) :]  # below it: removed
+    if not left:
+        return
+    if len(left) <= int(state.get("num_deleted", 0)) <= DELETED_DETAILS_MAX:
+        state = await _stream_state(nc, stream, deleted_details=True)
+        left = left[bisect.bisect_left(left, int(state.get("first_seq", 0))) :]
+        deleted = set(state.get("deleted") or ())
+        missing = next((seq for seq in left if seq not in deleted), None)
+        if missing is None:
+            return
+        left = [missing]
+    raise RangeNotHeld(
+        f"stream {stream}: the server that answered holds nothing at or after sequence {left[0]}, "
+        "and no stream info shows it removed or deleted: read again"
+    )
+
+
+async def _stream_state(nc: ReplicatorClient, stream: str, deleted_details: bool) -> dict[str, Any]:
+    """The `state` of the stream's info as its leader gives it (with its deleted sequences if
+    asked); RangeNotHeld if there is no such stream now (its creation check says why)."""
+    req = json.dumps({"deleted_details": True}).encode() if deleted_details else b""
+    resp = await nc.request(f"$JS.API.STREAM.INFO.{stream}", req, timeout=10)
+    body = json.loads(resp.data)
+    if "error" in body:
+        if body["error"].get("code") == 404:
+            raise RangeNotHeld(f"stream {stream} was not found by its info: read again")
+        raise APIError.from_error(body["error"])
+    state: dict[str, Any] = body.get("state") or {}
+    return state
+
+
 @dataclass
 class ConsumerReader:
     """For streams without `allow_direct`: an ephemeral, unacknowledged pull consumer from the
@@ -333,6 +425,7 @@ class ConsumerReader:
     chunk_messages: int = 1000
     # How long one pull request waits for messages before the server ends it.
     wait_s: float = 2.0
+    prove_gone: bool = False  # as DirectReader's
 
     async def _create(self, name: str, start: int) -> None:
         # Named here, not by the server: a read cancelled while the create is in flight still
@@ -428,7 +521,9 @@ class ConsumerReader:
                 if not more and seq < end:
                     # Nothing more came (the stream holds no more that match, or an empty pull
                     # while its leader was away): the leader says which.
-                    m = await next_in_range(self.nc, self.stream, self.filter_subject, seq, end)
+                    m = await next_in_range(
+                        self.nc, self.stream, self.filter_subject, seq, end, self.prove_gone
+                    )
                     if m is None:
                         return
                     raise ReadInterrupted(
@@ -449,13 +544,15 @@ async def read_chunks(
     filter_subject: str = "",
     chunk_messages: int = 5000,
     chunk_bytes: int = 16 << 20,
+    prove_gone: bool = False,
 ) -> AsyncGenerator[list[RawMessage], None]:
-    """Messages with start <= seq < end (matching filter_subject), in order, in chunks."""
+    """Messages with start <= seq < end (matching filter_subject), in order, in chunks.
+    `prove_gone`: see DirectReader (the source's reads ask for it)."""
     reader: DirectReader | ConsumerReader
     if direct:
-        reader = DirectReader(nc, stream, filter_subject, chunk_messages, chunk_bytes)
+        reader = DirectReader(nc, stream, filter_subject, chunk_messages, chunk_bytes, prove_gone)
     else:
-        reader = ConsumerReader(nc, stream, filter_subject, chunk_messages)
+        reader = ConsumerReader(nc, stream, filter_subject, chunk_messages, prove_gone=prove_gone)
     # Closed with this generator, also when its caller stops early: a consumer is deleted now,
     # not whenever the event loop gets round to it (or never, its connection closed by then).
     async with contextlib.aclosing(reader.chunks(start, end)) as chunks:
