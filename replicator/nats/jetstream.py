@@ -20,7 +20,15 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, CopyOwner, SourceMark, parse_source_header
 from replicator.nats.client import ReplicatorClient
-from replicator.nats.readers import DirectReader, RawMessage, ReadInterrupted, read_chunks, stream_info
+from replicator.nats.readers import (
+    DirectReader,
+    RangeNotHeld,
+    RawMessage,
+    ReadInterrupted,
+    leader_message,
+    read_chunks,
+    stream_info,
+)
 from replicator.nats.wire import first_value
 from replicator.subjects import rewrite_subject
 
@@ -141,6 +149,30 @@ async def sequence_at_time(nc: Client, stream: str, when: datetime, direct: bool
     if "error" in body:
         return None
     return int(body["message"]["seq"])
+
+
+async def first_sequence_at(nc: ReplicatorClient, info: StreamInfo, when: datetime) -> int:
+    """The first sequence stored at or after `when`; when there is none, the one after the last
+    that `info` showed. Any replica answers a direct get, and one behind answers "none" of
+    messages it does not hold yet: a "none" stands only where the last message `info` showed
+    is older than `when`. Else the stream leader is asked, and if it too says "none" (behind
+    as well) the start is tried again (RangeNotHeld)."""
+    stream = info.config.name or ""
+    direct = bool(info.config.allow_direct)
+    found = await sequence_at_time(nc, stream, when, direct)
+    if found is not None:
+        return found
+    last = int(info.state.last_seq)
+    m = await leader_message(nc, stream, last) if direct and info.state.messages else None
+    if m is not None and m.ts_ns >= int(when.timestamp() * 1e9):
+        found = await sequence_at_time(nc, stream, when, direct=False)
+        if found is None:
+            raise RangeNotHeld(
+                f"stream {stream}: its message {last} was stored after {when.isoformat()}, yet the server "
+                "that answered holds none stored since: asked again"
+            )
+        return found
+    return last + 1
 
 
 async def last_sequence(nc: Client, info: StreamInfo, filter_subject: str = "") -> int:

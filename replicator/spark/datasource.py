@@ -525,7 +525,7 @@ class NatsJetStreamReader(DataSourceStreamReader):
 
 async def choose_initial_offset(nc: Any, o: ReaderOptions) -> dict:
     """Where a new query starts: the configured start, but never before min_start_sequence."""
-    from replicator.nats.jetstream import sequence_at_time, stream_info
+    from replicator.nats.jetstream import first_sequence_at, stream_info
     from replicator.nats.urls import parse_nats_url
 
     info = await stream_info(nc, o.stream)
@@ -535,8 +535,7 @@ async def choose_initial_offset(nc: Any, o: ReaderOptions) -> dict:
     if o.start_at_end:
         seq = int(info.state.last_seq) + 1
     elif o.start_time is not None:
-        found = await sequence_at_time(nc, o.stream, o.start_time, bool(info.config.allow_direct))
-        seq = found if found is not None else int(info.state.last_seq) + 1
+        seq = await first_sequence_at(nc, info, o.start_time)
     else:
         seq = max(o.start_sequence, int(info.state.first_seq), 1)
     offset = {"seq": max(seq, o.min_start_sequence)}
