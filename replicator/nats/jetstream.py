@@ -36,6 +36,8 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 def created_us(info: Any) -> int:
     """A stream's creation (µs since the epoch) from its info: it tells a stream from an earlier
@@ -153,26 +155,43 @@ async def sequence_at_time(nc: Client, stream: str, when: datetime, direct: bool
 
 async def first_sequence_at(nc: ReplicatorClient, info: StreamInfo, when: datetime) -> int:
     """The first sequence stored at or after `when`; when there is none, the one after the last
-    that `info` showed. Any replica answers a direct get, and one behind answers "none" of
-    messages it does not hold yet: a "none" stands only where the last message `info` showed
-    is older than `when`. Else the stream leader is asked, and if it too says "none" (behind
-    as well) the start is tried again (RangeNotHeld)."""
+    that `info` showed. The server's own answer saying "none" stands only where the stream
+    leader's last message (as `info` showed it) is older than `when`: a replica behind answers
+    "none" of messages it does not hold yet, and a file store's search can miss live messages
+    that lie past deleted ones. Else the leader's messages are searched by sequence."""
     stream = info.config.name or ""
-    direct = bool(info.config.allow_direct)
-    found = await sequence_at_time(nc, stream, when, direct)
+    found = await sequence_at_time(nc, stream, when, bool(info.config.allow_direct))
     if found is not None:
         return found
     last = int(info.state.last_seq)
-    m = await leader_message(nc, stream, last) if direct and info.state.messages else None
-    if m is not None and m.ts_ns >= int(when.timestamp() * 1e9):
-        found = await sequence_at_time(nc, stream, when, direct=False)
-        if found is None:
+    when_ns = (when - EPOCH) // timedelta(microseconds=1) * 1000  # exact, unlike a float
+    m = await leader_message(nc, stream, last) if info.state.messages else None
+    if m is None or m.ts_ns < when_ns:
+        return last + 1  # nothing since (the last message deleted: as the answer said)
+    return await _first_stored_since(nc, stream, int(info.state.first_seq), last, when_ns)
+
+
+async def _first_stored_since(nc: ReplicatorClient, stream: str, first: int, last: int, when_ns: int) -> int:
+    """The first of the leader's messages from `first` on stored at or after `when_ns`, where
+    its message `last` was: a binary search over the first message at or after each sequence
+    (deleted ones are stepped over), about log2(last - first) gets."""
+
+    async def next_from(seq: int) -> RawMessage:
+        m = await leader_message(nc, stream, seq, ">")
+        if m is None:  # its message `last` was there a moment ago: deleted since, or another leader
             raise RangeNotHeld(
-                f"stream {stream}: its message {last} was stored after {when.isoformat()}, yet the server "
-                "that answered holds none stored since: asked again"
+                f"stream {stream}: its leader holds nothing from sequence {seq} on: asked again"
             )
-        return found
-    return last + 1
+        return m
+
+    lo, hi = first, last
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if (await next_from(mid)).ts_ns >= when_ns:
+            hi = mid
+        else:
+            lo = mid + 1
+    return (await next_from(lo)).seq
 
 
 async def last_sequence(nc: Client, info: StreamInfo, filter_subject: str = "") -> int:

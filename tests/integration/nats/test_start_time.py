@@ -7,11 +7,12 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import create_stream, publish_raw, run
+from helpers import create_stream, delete_messages, publish_raw, run
 from nats_servers import NatsCluster
 
 from replicator.nats import jetstream
 from replicator.nats.connect import open_connection
+from replicator.nats.readers import leader_message
 from replicator.options import ReaderOptions
 from replicator.spark.datasource import choose_initial_offset
 
@@ -28,27 +29,45 @@ async def _start(url: str, stream: str, when: datetime) -> int:
         await nc.close()
 
 
-@pytest.mark.parametrize("replica_behind", [False, True], ids=["current", "replica-behind"])
+async def _stored_at(url: str, stream: str, seq: int) -> datetime:
+    """When message `seq` was stored, to the microsecond (a datetime's precision), rounded down."""
+    nc = await open_connection(url)
+    try:
+        m = await leader_message(nc, stream, seq)
+    finally:
+        await nc.close()
+    assert m is not None
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=m.ts_ns // 1000)
+
+
+@pytest.mark.parametrize("answers", ["as-stored", "replica-behind", "search-misses"])
 def test_a_copy_from_a_start_time_starts_at_the_first_message_stored_since(
-    nats_server: NatsCluster, monkeypatch: pytest.MonkeyPatch, replica_behind: bool
+    nats_server: NatsCluster, monkeypatch: pytest.MonkeyPatch, answers: str
 ) -> None:
     """A replica behind answers a direct get for the start time with "none" when it does not
-    hold the messages stored since yet: the copy started after the stream's last message, and
-    those were never copied. Now "none" stands only where the last message is older."""
+    hold the messages stored since yet, and a file store's search can say "none" where live
+    messages lie past deleted ones: the copy started after the stream's last message, and
+    those were never copied. Now "none" stands only where the last message is older; else the
+    leader's messages are searched, stepping over deleted ones."""
     url = nats_server.url
     run(create_stream(url, "S", ["s.>"]))
     run(publish_raw(url, [("s.old", b"x", [])] * 5))
     time.sleep(0.05)
     cut = datetime.now(UTC)
     time.sleep(0.05)
-    run(publish_raw(url, [("s.new", b"y", [])] * 3))  # 6, 7 and 8
-    if replica_behind:
-        asked = jetstream.sequence_at_time
+    run(publish_raw(url, [("s.new", b"y", [])] * 4))  # 6 to 9
+    run(delete_messages(url, "S", [6]))
+    asked = jetstream.sequence_at_time
 
-        async def behind(nc: object, stream: str, when: datetime, direct: bool) -> int | None:
-            return None if direct else await asked(nc, stream, when, direct)  # type: ignore[arg-type]
+    async def answer(nc: object, stream: str, when: datetime, direct: bool) -> int | None:
+        if answers == "search-misses" or (answers == "replica-behind" and direct):
+            return None
+        return await asked(nc, stream, when, direct)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(jetstream, "sequence_at_time", behind)
-    assert run(_start(url, "S", cut)) == 6
+    monkeypatch.setattr(jetstream, "sequence_at_time", answer)
+    assert run(_start(url, "S", cut)) == 7
     # Nothing since: the copy starts after the last message, whoever answered.
-    assert run(_start(url, "S", datetime.now(UTC) + timedelta(seconds=1))) == 9
+    assert run(_start(url, "S", datetime.now(UTC) + timedelta(seconds=1))) == 10
+    # Stored at the start time (to the microsecond it can say): it is the first.
+    eight = run(_stored_at(url, "S", 8))
+    assert run(_start(url, "S", eight)) == 8
