@@ -22,11 +22,11 @@ from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, CopyOwner, SourceMa
 from replicator.nats.client import ReplicatorClient
 from replicator.nats.readers import (
     DirectReader,
-    RangeNotHeld,
     RawMessage,
     ReadInterrupted,
     leader_message,
     read_chunks,
+    require_shown_gone,
     stream_info,
 )
 from replicator.nats.wire import first_value
@@ -164,34 +164,37 @@ async def first_sequence_at(nc: ReplicatorClient, info: StreamInfo, when: dateti
     if found is not None:
         return found
     last = int(info.state.last_seq)
+    if not info.state.messages:
+        return last + 1
     when_ns = (when - EPOCH) // timedelta(microseconds=1) * 1000  # exact, unlike a float
-    m = await leader_message(nc, stream, last) if info.state.messages else None
-    if m is None or m.ts_ns < when_ns:
-        return last + 1  # nothing since (the last message deleted: as the answer said)
+    m = await leader_message(nc, stream, last)
+    if m is not None and m.ts_ns < when_ns:
+        return last + 1
     return await _first_stored_since(nc, stream, int(info.state.first_seq), last, when_ns)
 
 
 async def _first_stored_since(nc: ReplicatorClient, stream: str, first: int, last: int, when_ns: int) -> int:
-    """The first of the leader's messages from `first` on stored at or after `when_ns`, where
-    its message `last` was: a binary search over the first message at or after each sequence
-    (deleted ones are stepped over), about log2(last - first) gets."""
-
-    async def next_from(seq: int) -> RawMessage:
-        m = await leader_message(nc, stream, seq, ">")
-        if m is None:  # its message `last` was there a moment ago: deleted since, or another leader
-            raise RangeNotHeld(
-                f"stream {stream}: its leader holds nothing from sequence {seq} on: asked again"
-            )
-        return m
-
-    lo, hi = first, last
+    """The first of the stream leader's messages from `first` on stored at or after `when_ns`;
+    last + 1 when each up to `last` is older or shown gone. A binary search over the first
+    message at or after each sequence (deleted ones stepped over), about log2(last - first)
+    gets. An answer of none from a sequence on counts as a candidate, and holds at the end only
+    where a stream info shows those sequences gone (a leader behind answers none of what it
+    lacks): else RangeNotHeld, and the start is tried again."""
+    lo, hi = first, last + 1  # every sequence below lo: older; at hi: a candidate
     while lo < hi:
         mid = (lo + hi) // 2
-        if (await next_from(mid)).ts_ns >= when_ns:
+        m = await leader_message(nc, stream, mid, ">")
+        if m is None or m.ts_ns >= when_ns:
             hi = mid
         else:
-            lo = mid + 1
-    return (await next_from(lo)).seq
+            lo = m.seq + 1  # older, and nothing between mid and it
+    if lo > last:
+        return last + 1
+    m = await leader_message(nc, stream, lo, ">")
+    if m is not None:
+        return m.seq
+    await require_shown_gone(nc, stream, range(lo, last + 1))
+    return last + 1
 
 
 async def last_sequence(nc: Client, info: StreamInfo, filter_subject: str = "") -> int:

@@ -40,17 +40,19 @@ async def _stored_at(url: str, stream: str, seq: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=m.ts_ns // 1000)
 
 
-@pytest.mark.parametrize("answers", ["as-stored", "replica-behind", "search-misses"])
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-gets", "leader-gets"])
+@pytest.mark.parametrize("answers", ["as-stored", "none"])
 def test_a_copy_from_a_start_time_starts_at_the_first_message_stored_since(
-    nats_server: NatsCluster, monkeypatch: pytest.MonkeyPatch, answers: str
+    nats_server: NatsCluster, monkeypatch: pytest.MonkeyPatch, answers: str, direct: bool
 ) -> None:
     """A replica behind answers a direct get for the start time with "none" when it does not
     hold the messages stored since yet, and a file store's search can say "none" where live
     messages lie past deleted ones: the copy started after the stream's last message, and
-    those were never copied. Now "none" stands only where the last message is older; else the
-    leader's messages are searched, stepping over deleted ones."""
+    those were never copied. Now "none" stands only where the leader's last message is older;
+    else its messages are searched, stepping over deleted ones, also where the last one is
+    deleted (`answers="none"` stands in for such a server)."""
     url = nats_server.url
-    run(create_stream(url, "S", ["s.>"]))
+    run(create_stream(url, "S", ["s.>"], allow_direct=direct))
     run(publish_raw(url, [("s.old", b"x", [])] * 5))
     time.sleep(0.05)
     cut = datetime.now(UTC)
@@ -60,14 +62,14 @@ def test_a_copy_from_a_start_time_starts_at_the_first_message_stored_since(
     asked = jetstream.sequence_at_time
 
     async def answer(nc: object, stream: str, when: datetime, direct: bool) -> int | None:
-        if answers == "search-misses" or (answers == "replica-behind" and direct):
-            return None
-        return await asked(nc, stream, when, direct)  # type: ignore[arg-type]
+        return None if answers == "none" else await asked(nc, stream, when, direct)  # type: ignore[arg-type]
 
     monkeypatch.setattr(jetstream, "sequence_at_time", answer)
     assert run(_start(url, "S", cut)) == 7
+    # A start time at message 8's microsecond (its stored time rounded down): 8 is the first.
+    assert run(_start(url, "S", run(_stored_at(url, "S", 8)))) == 8
     # Nothing since: the copy starts after the last message, whoever answered.
     assert run(_start(url, "S", datetime.now(UTC) + timedelta(seconds=1))) == 10
-    # Stored at the start time (to the microsecond it can say): it is the first.
-    eight = run(_stored_at(url, "S", 8))
-    assert run(_start(url, "S", eight)) == 8
+    # The last message deleted: the leader cannot show it, and its messages are searched.
+    run(delete_messages(url, "S", [9]))
+    assert run(_start(url, "S", cut)) == 7
