@@ -14,8 +14,11 @@ DEFAULT_FIRST_BATCH = 2_000
 DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
 # Senders are hashed into this many buckets of Spark state; fixed once a checkpoint exists.
 DEFAULT_SAMPLING_BUCKETS = 32
-# Buckets per shuffle partition of a sampled query, when the config does not say.
-BUCKETS_PER_PARTITION = 16
+# Buckets per shuffle partition of a sampled query, when the config does not say: one task
+# holding the default 32 buckets cost less CPU per message than two, and a fleet on the same
+# cores lagged less (docs/performance.md, 2026-12-07 eleventh session); a Spark cluster's cores
+# want more (configuration.md).
+BUCKETS_PER_PARTITION = 32
 
 
 def default_sampling_partitions(buckets: int) -> int:

@@ -75,9 +75,9 @@ def test_leader_elected_entries_campaign_on_the_go_originals_key_and_never_share
 
 def test_sampled_query_partitions_follow_the_buckets_unless_set() -> None:
     sampled = {**BASE["streams"][0], "inspect_field": "sender", "inspect_duration": "1h"}
-    assert parse_config({**BASE, "streams": [sampled]}).streams[0].sampling_partitions == 2  # 32 buckets
+    assert parse_config({**BASE, "streams": [sampled]}).streams[0].sampling_partitions == 1  # 32 buckets
     big = {**sampled, "sampling_buckets": 1024}
-    assert parse_config({**BASE, "streams": [big]}).streams[0].sampling_partitions == 64
+    assert parse_config({**BASE, "streams": [big]}).streams[0].sampling_partitions == 32
     assert (
         parse_config({**BASE, "streams": [{**big, "sampling_partitions": 8}]}).streams[0].sampling_partitions
         == 8
