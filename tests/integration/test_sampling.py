@@ -261,7 +261,7 @@ def test_header_and_subject_token_keys_and_messages_without_a_sender(
     assert len(copied_t) == 8 + 5
     # Each sampled query's shuffle partitions come from its config, frozen in its checkpoint.
     assert checkpoint_partitions(tmp_path / "state" / "BYHDR_hdr") == "3"
-    assert checkpoint_partitions(tmp_path / "state" / "BYTOK_tok") == "2"  # 32 buckets / 16
+    assert checkpoint_partitions(tmp_path / "state" / "BYTOK_tok") == "1"  # 32 buckets / 32
     advs = sorted(
         (d["value"], d["event"], d["timestamp"])
         for d in (json.loads(a.data) for a in run(read_all(src, "ADV")))
@@ -464,4 +464,38 @@ def test_another_bucket_count_on_a_sampled_checkpoint_is_refused_and_copies_noth
 
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
     run_until_handled(cfg, src, "REG")
+    assert run(count(dst, "REG")) == senders
+
+
+def test_a_sampled_checkpoint_keeps_its_shuffle_partitions_under_another_default(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """Each bucket's state lives in the shuffle partition that held it: a checkpoint made with 2
+    partitions (the default until 2026-12-07) is run with 2 after a start whose config gives 1,
+    so every sender is found where it was kept and none is copied again as new."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "REG", ["reg.>"]))
+    senders = 40
+
+    def fleet_round(first: int) -> None:
+        run(publish(src, [(f"reg.n{i % senders}", registration(i % senders, 500 + i), None)
+                          for i in range(first, first + 400)]))  # fmt: skip
+
+    def last_batch_partitions() -> str:
+        (offsets,) = (tmp_path / "state").glob("*/checkpoint/offsets")
+        last = max(offsets.glob("[0-9]*"), key=lambda p: int(p.name))
+        return str(json.loads(last.read_text().splitlines()[1])["conf"]["spark.sql.shuffle.partitions"])
+
+    fleet_round(0)
+    entry: dict[str, Any] = {"stream": "REG", "source_url": src, "target_url": dst, "inspect_field": "sender",
+                             "inspect_duration": "1h", "size_trigger": 100_000}  # fmt: skip
+    run_until_handled(
+        write_config(tmp_path / "sr.yaml", "dc1", [{**entry, "sampling_partitions": 2}]), src, "REG"
+    )
+    assert run(count(dst, "REG")) == senders  # each sender once: first seen
+    assert last_batch_partitions() == "2"
+
+    fleet_round(400)  # the same senders again, within inspect_duration: none is copied
+    run_until_handled(write_config(tmp_path / "sr.yaml", "dc1", [entry]), src, "REG")  # the default: 1
+    assert last_batch_partitions() == "2"
     assert run(count(dst, "REG")) == senders
