@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.api import StreamConfig, StreamInfo
+from nats.js.api import StreamConfig, StreamInfo, StreamState
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, CopyOwner, SourceMark, parse_source_header
@@ -170,17 +170,19 @@ async def first_sequence_at(nc: ReplicatorClient, info: StreamInfo, when: dateti
     m = await leader_message(nc, stream, last)
     if m is not None and m.ts_ns < when_ns:
         return last + 1
-    return await _first_stored_since(nc, stream, int(info.state.first_seq), last, when_ns)
+    return await _first_stored_since(nc, stream, info.state, when_ns)
 
 
-async def _first_stored_since(nc: ReplicatorClient, stream: str, first: int, last: int, when_ns: int) -> int:
-    """The first of the stream leader's messages from `first` on stored at or after `when_ns`;
-    last + 1 when each up to `last` is older or shown gone. A binary search over the first
-    message at or after each sequence (deleted ones stepped over), about log2(last - first)
-    gets. An answer of none from a sequence on counts as a candidate, and holds at the end only
-    where a stream info shows those sequences gone (a leader behind answers none of what it
-    lacks): else RangeNotHeld, and the start is tried again."""
-    lo, hi = first, last + 1  # every sequence below lo: older; at hi: a candidate
+async def _first_stored_since(nc: ReplicatorClient, stream: str, shown: StreamState, when_ns: int) -> int:
+    """The first of the stream leader's messages (as far as `shown`, its state in an earlier
+    stream info, goes) stored at or after `when_ns`; its last + 1 when each is older or shown
+    gone. A binary search over the first message at or after each sequence (deleted ones
+    stepped over), about log2(last - first) gets. An answer of none from a sequence on counts
+    as a candidate, and holds at the end only where a stream info shows those sequences gone
+    (a leader behind answers none of what it lacks): else RangeNotHeld, and the start is tried
+    again."""
+    last = int(shown.last_seq)
+    lo, hi = int(shown.first_seq), last + 1  # every sequence below lo: older; at hi: a candidate
     while lo < hi:
         mid = (lo + hi) // 2
         m = await leader_message(nc, stream, mid, ">")
@@ -193,7 +195,7 @@ async def _first_stored_since(nc: ReplicatorClient, stream: str, first: int, las
     m = await leader_message(nc, stream, lo, ">")
     if m is not None:
         return m.seq
-    await require_shown_gone(nc, stream, range(lo, last + 1))
+    await require_shown_gone(nc, stream, range(lo, last + 1), shown)
     return last + 1
 
 

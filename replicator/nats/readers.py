@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nats.aio.client import Client
-from nats.js.api import StreamInfo
+from nats.js.api import StreamInfo, StreamState
 from nats.js.errors import APIError, NotFoundError
 
 from replicator.nats import wire
@@ -230,19 +230,19 @@ class DirectReader:
         # Ascending, whatever order the misses came in: the leader must hold the highest of them.
         absent = sorted(seq for seq, m in found.items() if m is None)
         if absent:
-            await require_leader_holds(self.nc, self.stream, absent[-1])
+            shown = await require_leader_holds(self.nc, self.stream, absent[-1])
             if not self.prove_gone:
                 found.update(await all_of(absent))  # asked again: the leader may have changed
-                return {seq: m for seq, m in found.items() if m is not None}
-            unproven = []
-            for seq, m in (await all_of(absent, or_next=True)).items():
-                if m is None:
-                    unproven.append(seq)  # nothing from it on, in the answer: no proof either way
-                elif m.seq == seq:
-                    found[seq] = m
-                # else: one answer holds a later message and not this one: it is gone
-            if unproven:
-                await require_shown_gone(self.nc, self.stream, sorted(unproven))
+            else:
+                unproven = []
+                for seq, m in (await all_of(absent, or_next=True)).items():
+                    if m is None:
+                        unproven.append(seq)  # nothing from it on, in the answer: no proof either way
+                    elif m.seq == seq:
+                        found[seq] = m
+                    # else: one answer holds a later message and not this one: it is gone
+                if unproven:
+                    await require_shown_gone(self.nc, self.stream, sorted(unproven), shown)
         return {seq: m for seq, m in found.items() if m is not None}
 
     def direct_get_subject(self) -> str:
@@ -342,7 +342,7 @@ async def next_in_range(
     m = await leader_message(nc, gets_from or stream, seq, filter_subject or ">")
     if m is not None:
         return m if m.seq < end else None  # the rest of the range is gone: the leader has later ones
-    await require_leader_holds(nc, stream, end - 1)
+    shown = await require_leader_holds(nc, stream, end - 1)
     # The stream holds the whole range (asked once more: the leader may have changed between
     # the two requests). A later message in the answer shows the rest of the range gone.
     m = await leader_message(nc, gets_from or stream, seq, filter_subject or ">")
@@ -353,38 +353,40 @@ async def next_in_range(
         # not stepped down yet: the range's rest is gone only where a stream info shows it.
         # (With a filter, "nothing matching from seq on" has no such proof short of reading
         # the rest of the range: docs/faults.md, "Known gaps".)
-        await require_shown_gone(nc, stream, range(seq, end))
+        await require_shown_gone(nc, stream, range(seq, end), shown)
     return None
 
 
-async def require_leader_holds(nc: ReplicatorClient, stream: str, seq: int) -> None:
+async def require_leader_holds(nc: ReplicatorClient, stream: str, seq: int) -> StreamState:
     """The stream leader lacked messages a read was planned to give: they are gone only if it
     holds the stream up to `seq` (the highest of them); a leader holding less (just elected on
     a server older than 2.11, still applying its log: docs/design.md) raises RangeNotHeld, so
-    the read is made again rather than taken as ending early."""
+    the read is made again rather than taken as ending early. Returns the state it showed."""
     info = await stream_info(nc, stream)
     last = int(info.state.last_seq) if info is not None else 0
-    if last < seq:
+    if info is None or last < seq:
         raise RangeNotHeld(
             f"stream {stream}: its leader holds sequences up to {last}, short of {seq} that this "
             "read was planned to: read again once it has caught up"
         )
+    return info.state
 
 
-async def require_shown_gone(nc: ReplicatorClient, stream: str, seqs: Sequence[int]) -> None:
+async def require_shown_gone(
+    nc: ReplicatorClient, stream: str, seqs: Sequence[int], shown: StreamState
+) -> None:
     """A server answered that it holds nothing at and after each of `seqs` (ascending: a list,
     or a range's rest). It may be behind, or a stream leader deposed but not yet stepped down
     whose answer came after a stream info from the new one, so the answer proves nothing. They
-    are gone only where one reply shows each removed (a stream info's first sequence above it)
-    or deleted (in its deleted list, asked for when it can hold them all and has at most
-    DELETED_DETAILS_MAX); else RangeNotHeld: read again (a message stored later makes the next
-    try's answer a proof)."""
-    state = await _stream_state(nc, stream, deleted_details=False)
-    left = seqs[bisect.bisect_left(seqs, int(state.get("first_seq", 0))) :]  # below it: removed
+    are gone only where one reply shows each removed (a first sequence above it: `shown`, a
+    stream info the caller already had, is one) or deleted (in a stream info's deleted list,
+    asked for when it can hold them all and has at most DELETED_DETAILS_MAX); else
+    RangeNotHeld: read again (a message stored later makes the next try's answer a proof)."""
+    left = seqs[bisect.bisect_left(seqs, int(shown.first_seq)) :]  # below it: removed
     if not left:
         return
-    if len(left) <= int(state.get("num_deleted", 0)) <= DELETED_DETAILS_MAX:
-        state = await _stream_state(nc, stream, deleted_details=True)
+    if len(left) <= int(shown.num_deleted or 0) <= DELETED_DETAILS_MAX:
+        state = await _stream_state_with_deleted(nc, stream)
         left = left[bisect.bisect_left(left, int(state.get("first_seq", 0))) :]
         deleted = set(state.get("deleted") or ())
         missing = next((seq for seq in left if seq not in deleted), None)
@@ -397,11 +399,11 @@ async def require_shown_gone(nc: ReplicatorClient, stream: str, seqs: Sequence[i
     )
 
 
-async def _stream_state(nc: ReplicatorClient, stream: str, deleted_details: bool) -> dict[str, Any]:
-    """The `state` of the stream's info as its leader gives it (with its deleted sequences if
-    asked); RangeNotHeld if there is no such stream now (its creation check says why)."""
-    req = json.dumps({"deleted_details": True}).encode() if deleted_details else b""
-    resp = await nc.request(f"$JS.API.STREAM.INFO.{stream}", req, timeout=10)
+async def _stream_state_with_deleted(nc: ReplicatorClient, stream: str) -> dict[str, Any]:
+    """The `state` of the stream's info with its deleted sequences, as its leader gives it
+    (nats-py's stream_info cannot ask for them); RangeNotHeld if there is no such stream now
+    (its creation check says why)."""
+    resp = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b'{"deleted_details":true}', timeout=10)
     body = json.loads(resp.data)
     if "error" in body:
         if body["error"].get("code") == 404:
