@@ -78,10 +78,11 @@ def advisories_counted(metrics_url: str) -> dict[str, int]:
     return {s.labels["advisory"]: int(s.value) for s in samples_of(read_samples(metrics_url), family)}
 
 
-def checkpoint_partitions(entry_dir: Path) -> str:
-    """The shuffle partitions Spark recorded with a query's first batch."""
-    first = sorted((entry_dir / "checkpoint" / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))[0]
-    meta = json.loads(first.read_text().splitlines()[1])
+def checkpoint_partitions(entry_dir: Path, batch: int = 0) -> str:
+    """The shuffle partitions Spark recorded with a query's batch (`batch`: an index into its
+    batches in order; the first by default, -1 the last)."""
+    offsets = sorted((entry_dir / "checkpoint" / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
+    meta = json.loads(offsets[batch].read_text().splitlines()[1])
     return str(meta["conf"]["spark.sql.shuffle.partitions"])
 
 
@@ -426,6 +427,21 @@ def test_admin_state_lists_tracked_senders_from_the_checkpoint(
     assert lags == [0] * len(lags), lags
 
 
+RESTART_SENDERS = 40
+
+
+def _restart_fleet_round(src: str, first: int) -> None:
+    """400 registrations from the same RESTART_SENDERS senders, sizes growing slowly."""
+    run(publish(src, [(f"reg.n{i % RESTART_SENDERS}", registration(i % RESTART_SENDERS, 500 + i), None)
+                      for i in range(first, first + 400)]))  # fmt: skip
+
+
+def _restart_entry(src: str, dst: str) -> dict[str, Any]:
+    """A sampled entry whose senders are copied once an hour, whatever their sizes."""
+    return {"stream": "REG", "source_url": src, "target_url": dst, "inspect_field": "sender",
+            "inspect_duration": "1h", "size_trigger": 100_000}  # fmt: skip
+
+
 def test_another_bucket_count_on_a_sampled_checkpoint_is_refused_and_copies_nothing_twice(
     source_server, nats_server, tmp_path: Path
 ) -> None:
@@ -435,20 +451,14 @@ def test_another_bucket_count_on_a_sampled_checkpoint_is_refused_and_copies_noth
     copies nothing until the config says the checkpoint's count again."""
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "REG", ["reg.>"]))
-    senders = 40
-
-    def fleet_round(first: int) -> None:
-        run(publish(src, [(f"reg.n{i % senders}", registration(i % senders, 500 + i), None)
-                          for i in range(first, first + 400)]))  # fmt: skip
-
-    fleet_round(0)
-    entry: dict[str, Any] = {"stream": "REG", "source_url": src, "target_url": dst, "inspect_field": "sender",
-                             "inspect_duration": "1h", "size_trigger": 100_000}  # fmt: skip
+    senders = RESTART_SENDERS
+    _restart_fleet_round(src, 0)
+    entry = _restart_entry(src, dst)
     cfg = write_config(tmp_path / "sr.yaml", "dc1", [entry])
     run_until_handled(cfg, src, "REG")
     assert run(count(dst, "REG")) == senders  # each sender once: first seen
 
-    fleet_round(400)  # the same senders again, within inspect_duration: none is copied
+    _restart_fleet_round(src, 400)  # the same senders again, within inspect_duration: none is copied
     other = write_config(tmp_path / "sr.yaml", "dc1", [{**entry, "sampling_buckets": 8}])
     rep = start_replicator(other)
     try:
@@ -475,27 +485,16 @@ def test_a_sampled_checkpoint_keeps_its_shuffle_partitions_under_another_default
     so every sender is found where it was kept and none is copied again as new."""
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "REG", ["reg.>"]))
-    senders = 40
-
-    def fleet_round(first: int) -> None:
-        run(publish(src, [(f"reg.n{i % senders}", registration(i % senders, 500 + i), None)
-                          for i in range(first, first + 400)]))  # fmt: skip
-
-    def last_batch_partitions() -> str:
-        (offsets,) = (tmp_path / "state").glob("*/checkpoint/offsets")
-        last = max(offsets.glob("[0-9]*"), key=lambda p: int(p.name))
-        return str(json.loads(last.read_text().splitlines()[1])["conf"]["spark.sql.shuffle.partitions"])
-
-    fleet_round(0)
-    entry: dict[str, Any] = {"stream": "REG", "source_url": src, "target_url": dst, "inspect_field": "sender",
-                             "inspect_duration": "1h", "size_trigger": 100_000}  # fmt: skip
+    entry_dir = tmp_path / "state" / "REG_dc1"
+    _restart_fleet_round(src, 0)
+    entry = _restart_entry(src, dst)
     run_until_handled(
         write_config(tmp_path / "sr.yaml", "dc1", [{**entry, "sampling_partitions": 2}]), src, "REG"
     )
-    assert run(count(dst, "REG")) == senders  # each sender once: first seen
-    assert last_batch_partitions() == "2"
+    assert run(count(dst, "REG")) == RESTART_SENDERS  # each sender once: first seen
+    assert checkpoint_partitions(entry_dir, batch=-1) == "2"
 
-    fleet_round(400)  # the same senders again, within inspect_duration: none is copied
+    _restart_fleet_round(src, 400)  # the same senders again, within inspect_duration: none is copied
     run_until_handled(write_config(tmp_path / "sr.yaml", "dc1", [entry]), src, "REG")  # the default: 1
-    assert last_batch_partitions() == "2"
-    assert run(count(dst, "REG")) == senders
+    assert checkpoint_partitions(entry_dir, batch=-1) == "2"
+    assert run(count(dst, "REG")) == RESTART_SENDERS
