@@ -40,10 +40,14 @@ async def _stored_at(url: str, stream: str, seq: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=m.ts_ns // 1000)
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct-gets", "leader-gets"])
+@pytest.mark.parametrize(
+    ("servers", "direct"),
+    [("nats_server", True), ("nats_server", False), ("source_cluster", True)],
+    ids=["direct-gets", "leader-gets", "r3-direct-gets"],
+)
 @pytest.mark.parametrize("answers", ["as-stored", "none"])
 def test_a_copy_from_a_start_time_starts_at_the_first_message_stored_since(
-    nats_server: NatsCluster, monkeypatch: pytest.MonkeyPatch, answers: str, direct: bool
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, answers: str, servers: str, direct: bool
 ) -> None:
     """A replica behind answers a direct get for the start time with "none" when it does not
     hold the messages stored since yet, and a file store's search can say "none" where live
@@ -51,8 +55,10 @@ def test_a_copy_from_a_start_time_starts_at_the_first_message_stored_since(
     those were never copied. Now "none" stands only where the leader's last message is older;
     else its messages are searched, stepping over deleted ones, also where the last one is
     deleted (`answers="none"` stands in for such a server)."""
-    url = nats_server.url
-    run(create_stream(url, "S", ["s.>"], allow_direct=direct))
+    cluster: NatsCluster = request.getfixturevalue(servers)
+    url = cluster.url
+    replicas = len(cluster.servers)
+    run(create_stream(url, "S", ["s.>"], allow_direct=direct, num_replicas=replicas))
     run(publish_raw(url, [("s.old", b"x", [])] * 5))
     time.sleep(0.05)
     cut = datetime.now(UTC)
