@@ -88,6 +88,22 @@ _PERMANENT = (
 )  # fmt: skip
 
 
+# A request or subscription the user's permissions refuse: nats-py reports it through the error
+# callback, and the request itself only times out.
+_PERMISSION_DENIED = "nats: permissions violation"
+PERMISSION_HINT = (
+    'allow it for this connection\'s user (docs/operations.md, "NATS permissions", lists what the '
+    "replicator asks for)"
+)
+
+
+def error_line(e: BaseException) -> str:
+    """The text a connection's asynchronous error is logged with: a refusal by permissions
+    says what to change, since the request it refused only times out."""
+    text = str(e) or type(e).__name__
+    return f"{text}: {PERMISSION_HINT}" if text.lower().startswith(_PERMISSION_DENIED) else text
+
+
 def permanent_reason(e: BaseException) -> str | None:
     """What to do about a connection error that retrying will not cure; None for others."""
     text = str(e)
@@ -119,7 +135,7 @@ async def open_connection(
             return
         # While a server is away the client retries every second: the same error is logged
         # once per ERROR_LOG_INTERVAL_S, not sixty times a minute.
-        now, text = time.monotonic(), str(e) or type(e).__name__
+        now, text = time.monotonic(), error_line(e)
         if now - last_logged.get(text, -ERROR_LOG_INTERVAL_S) >= ERROR_LOG_INTERVAL_S:
             last_logged[text] = now
             log.warning("NATS connection %s: %s", name or opts["servers"], text)
