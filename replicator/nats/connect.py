@@ -89,17 +89,17 @@ _PERMANENT = (
 
 
 # A request or subscription the user's permissions refuse: nats-py reports it through the error
-# callback, and the request itself only times out.
+# callback (the request itself gets no answer), with the server's line in lower case.
 _PERMISSION_DENIED = "nats: permissions violation"
 PERMISSION_HINT = (
-    'allow it for this connection\'s user (docs/operations.md, "NATS permissions", lists what the '
-    "replicator asks for)"
+    "allow that subject for this connection's user, spelled as docs/operations.md "
+    '("NATS permissions") lists it: the client shows it in lower case'
 )
 
 
 def error_line(e: BaseException) -> str:
     """The text a connection's asynchronous error is logged with: a refusal by permissions
-    says what to change, since the request it refused only times out."""
+    says what to change, since the request it refused gets no answer."""
     text = str(e) or type(e).__name__
     return f"{text}: {PERMISSION_HINT}" if text.lower().startswith(_PERMISSION_DENIED) else text
 
