@@ -34,10 +34,11 @@ from replicator.nats import wire
 
 log = logging.getLogger(__name__)
 
-# How nats-py reports the server's refusal of a subscription (it lowercases the server's -ERR):
-# 'nats: permissions violation for subscription to "a.>"'. A subscription limit's refusal says
-# 'maximum subscriptions exceeded'.
-SUBSCRIPTION_DENIED = "nats: permissions violation for subscription to "
+# How nats-py reports the server's refusal of a publish or a subscription (it lowercases the
+# server's -ERR): 'nats: permissions violation for subscription to "a.>"'. A subscription
+# limit's refusal says 'maximum subscriptions exceeded'.
+PERMISSION_DENIED = "nats: permissions violation"
+SUBSCRIPTION_DENIED = f"{PERMISSION_DENIED} for subscription to "
 SUBSCRIPTIONS_EXCEEDED = "maximum subscriptions"
 
 # Called with (subject, reply, payload, raw header block or None) of each message.

@@ -9,7 +9,7 @@ import ssl
 import time
 from typing import Any
 
-from replicator.nats.client import ReplicatorClient
+from replicator.nats.client import PERMISSION_DENIED, ReplicatorClient
 from replicator.nats.tls import TLSFiles
 from replicator.nats.urls import NatsURL, parse_nats_url
 
@@ -90,7 +90,6 @@ _PERMANENT = (
 
 # A request or subscription the user's permissions refuse: nats-py reports it through the error
 # callback (the request itself gets no answer), with the server's line in lower case.
-_PERMISSION_DENIED = "nats: permissions violation"
 PERMISSION_HINT = (
     "allow that subject for this connection's user, spelled as docs/operations.md "
     '("NATS permissions") lists it: the client shows it in lower case'
@@ -101,7 +100,7 @@ def error_line(e: BaseException) -> str:
     """The text a connection's asynchronous error is logged with: a refusal by permissions
     says what to change, since the request it refused gets no answer."""
     text = str(e) or type(e).__name__
-    return f"{text}: {PERMISSION_HINT}" if text.lower().startswith(_PERMISSION_DENIED) else text
+    return f"{text}: {PERMISSION_HINT}" if text.startswith(PERMISSION_DENIED) else text
 
 
 def permanent_reason(e: BaseException) -> str | None:

@@ -6,6 +6,7 @@ refuse is logged with its subject and where to read what to allow."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,14 +61,22 @@ class Clusters:
         return f"nats://{user}:{password}@127.0.0.1:{server.servers[0].port}"
 
 
-@pytest.fixture
-def clusters() -> Iterator[Clusters]:
+@contextlib.contextmanager
+def secured_clusters(source_without: str = "") -> Iterator[Clusters]:
+    """A source and a target server whose `repl` user has the documented permissions (the
+    source's less `source_without`)."""
     admin = {"user": "admin", "password": ADMIN}
     with (
-        nats_cluster(1, "perm-src", users("source"), connect=admin) as source,
+        nats_cluster(1, "perm-src", users("source", source_without), connect=admin) as source,
         nats_cluster(1, "perm-dst", users("target"), connect=admin) as target,
     ):
         yield Clusters(source, target)
+
+
+@pytest.fixture
+def clusters() -> Iterator[Clusters]:
+    with secured_clusters() as c:
+        yield c
 
 
 async def prepare_source(url: str, direct_election: bool) -> None:
@@ -178,12 +187,7 @@ def test_the_documented_permissions_are_enough(
 
 
 def test_a_refused_request_is_logged_with_the_subject_and_the_fix(tmp_path: Path) -> None:
-    admin = {"user": "admin", "password": ADMIN}
-    with (
-        nats_cluster(1, "perm-src", users("source", without="choria.registration.advisories.>"), connect=admin) as source,
-        nats_cluster(1, "perm-dst", users("target"), connect=admin) as target,
-    ):  # fmt: skip
-        c = Clusters(source, target)
+    with secured_clusters(source_without="choria.registration.advisories.>") as c:
         run(prepare_source(c.url("source", "admin"), direct_election=True))
         run(publish_fleet(c.url("source", "admin"), 0, 200))
         entry = {"name": "registration", "stream": "CHORIA_REGISTRATION", "source_url": c.url("source", "repl"),
