@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -43,12 +44,26 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
+class ReplicatorLogLevel(enum.StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
 @scenario.command("run")
 def scenario_run(
     files: Annotated[list[Path], typer.Argument(help="Scenario YAML files")],
     report_dir: Annotated[Path, typer.Option(help="Where reports (JSON, PNG, logs) go")] = Path(
         "reports/scenarios"
     ),
+    replicator_loglevel: Annotated[
+        ReplicatorLogLevel,
+        typer.Option(
+            help="The replicators' loglevel: debug logs where each batch's time went "
+            "(summed by `python -m bench.batch_times LOG`)"
+        ),
+    ] = ReplicatorLogLevel.info,
 ) -> None:
     """Run scenarios: fleet + outages + replicator, checked against the ground truth."""
     from emulator.scenario import ScenarioError
@@ -65,7 +80,7 @@ def scenario_run(
     _stop_cleanly_on_sigterm()
     failed = []
     for spec in specs:
-        report, _ = run_scenario(spec, report_dir)
+        report, _ = run_scenario(spec, report_dir, replicator_loglevel.value)
         typer.echo(report.table())
         if not report.ok:
             failed.append(spec.scenario.name)

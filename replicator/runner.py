@@ -355,6 +355,9 @@ class Runner:
         line = slow_batch_line(progress, rows=read_here)
         if line is not None:
             r.log.info(line)
+        elif r.log.isEnabledFor(logging.DEBUG):
+            # Every batch's steps at debug, for where a fast batch's time goes (bench/batch_times.py).
+            r.log.debug(slow_batch_line(progress, threshold_s=0.0, rows=read_here))
 
     def _log_progress(self) -> None:
         now = time.monotonic()

@@ -169,7 +169,11 @@ def _parallel(fns: list[Callable[[], object]]) -> None:
         raise errors[0]
 
 
-def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observation]:
+def run_scenario(
+    spec: ScenarioSpec, report_dir: Path, replicator_loglevel: str = "info"
+) -> tuple[Report, Observation]:
+    """Run one scenario, its logs and report in `report_dir`; `replicator_loglevel`: the
+    replicators' `loglevel` (debug: a line per batch on where its time went)."""
     s = spec.scenario
     report_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"scenario-{s.name}-"))
@@ -195,6 +199,7 @@ def run_scenario(spec: ScenarioSpec, report_dir: Path) -> tuple[Report, Observat
                     "name": p.name,
                     "state_store": str(work / "state" / p.name),  # shared by the instances
                     "monitor_port": port,
+                    "loglevel": replicator_loglevel,
                     "streams": [
                         h.entry(urls[h.source], urls[h.target], s.speedup, instance if p.instances > 1 else "")
                         for h in p.streams

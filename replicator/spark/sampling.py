@@ -60,6 +60,13 @@ STATE_SCHEMA = "table BINARY"
 KIND_COPY, KIND_ADVISORY, KIND_STATS = "copy", "adv", "stats"
 
 
+# A sampled batch's debug line: where its time went (bench/batch_times.py sums them by minute).
+BATCH_TIMES_LINE = (
+    "batch %d: %d messages, %d copied, %d advisories; "
+    "spark %.3f s, copies %.3f s, advisories %.3f s, all %.3f s"
+)
+
+
 def decide_bucket(
     p: SamplingParams,
     seed: dict[int, bytes] | None,
@@ -367,28 +374,37 @@ class SamplingSink:
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
         self.ordered.check_leader()
-        self.publish_decided(batch_df.toArrow(), batch_id, started)
+        table = batch_df.toArrow()  # Spark's part: the read, the rules, the collect
+        self.publish_decided(table, batch_id, started, collected=time.monotonic())
 
-    def publish_decided(self, table: pa.Table, batch_id: int, started: float) -> None:
-        """Publish what the rules decided in one batch (their rows, collected): the copies in
-        source order, then the advisories; then count the batch."""
+    def publish_decided(
+        self, table: pa.Table, batch_id: int, started: float, collected: float | None = None
+    ) -> None:
+        """Publish what the rules decided in one batch (their rows, collected at `collected`,
+        monotonic; Spark's part is from `started` to it): the copies in source order, then the
+        advisories; then count the batch."""
+        collected = started if collected is None else collected
         decided = DecidedBatch.of(table)
         stats, advs = decided.stats, decided.advisories
         result = BatchResult(received=decided.received, received_bytes=decided.received_bytes)
+        copies_s = 0.0
         if result.received:
             result.last_seq = decided.last_seq
             on_subjects = self._replayed_subjects(decided)
+            copies_began = time.monotonic()
             for part in self._copies(decided):
                 r = self._publish_copies(part, on_subjects)
                 result.copied += r.copied
                 result.copied_bytes += r.copied_bytes
                 result.too_old += r.too_old
                 result.duplicates += r.duplicates
+            copies_s = time.monotonic() - copies_began
             # Every message of the batch is handled: copied, or deliberately skipped.
             self.ordered.handled_up_to(result.last_seq)
             if self._unacked is not None and max(self._unacked.seqs) <= result.last_seq:
                 self._keep(None)  # replayed past it: what it did not copy again is not a copy now
         m, lab = metrics(), self.ordered.labels
+        advising_began = time.monotonic()
         if advs.num_rows and self.p.advisory_subject:
             self.ordered.check_leader()
             counts = pc.value_counts(advs.column("event")).to_pylist()
@@ -401,6 +417,7 @@ class SamplingSink:
             # Counted once published: a batch that failed before is replayed and counted then.
             for c in counts:
                 m.advisories.labels(c["values"], lab.stream, lab.replicator).inc(c["counts"])
+        advisories_s = time.monotonic() - advising_began
         # The senders after this batch, and what its messages were (counted once it is handled).
         tracked = int(pc.sum(stats.column("size")).as_py() or 0)
         warned = int(pc.sum(stats.column("warned")).as_py() or 0)
@@ -421,8 +438,10 @@ class SamplingSink:
             write_clock_due(self.clock_due_file, ClockDue(decided.clock_ms, decided.due_ms))
         result.seconds = time.monotonic() - started
         self.ordered.account(result)
-        self.ordered.log.debug("batch %d: %d messages, %d copied, %d advisories", batch_id, result.received,
-                  result.copied, advs.num_rows)  # fmt: skip
+        self.ordered.log.debug(
+            BATCH_TIMES_LINE, batch_id, result.received, result.copied, advs.num_rows,
+            collected - started, copies_s, advisories_s, result.seconds,
+        )  # fmt: skip
 
     def _replayed_subjects(self, decided: DecidedBatch) -> list[tuple[int, str]]:
         """(source sequence, subject) of every copy of a batch that replays a failed publish,
