@@ -7,6 +7,7 @@ import contextlib
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 from replicator.nats.client import PERMISSION_DENIED, ReplicatorClient
@@ -19,6 +20,25 @@ ERROR_LOG_INTERVAL_S = 30.0
 # How often a connection attempt being abandoned is cancelled again until it ends (_abandon).
 ABANDON_RECHECK_S = 0.05
 ABANDON_CLOSE_S = 5.0  # and how long its close may take (nats-py's own waits are bounded)
+
+
+class RepeatLimit:
+    """Whether a line may be logged again: each text at most once per `interval_s` (a
+    connection's error while a server is away comes every second; a refused subject once per
+    request)."""
+
+    def __init__(self, interval_s: float = ERROR_LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic):
+        self.interval_s = interval_s
+        self.clock = clock
+        self._last: dict[str, float] = {}
+
+    def allows(self, text: str) -> bool:
+        now = self.clock()
+        last = self._last.get(text)
+        if last is not None and now - last < self.interval_s:
+            return False
+        self._last[text] = now
+        return True
 
 
 def ssl_context(tls: TLSFiles | None, insecure: bool) -> ssl.SSLContext | None:
@@ -123,7 +143,7 @@ async def open_connection(
     where = f"{','.join(opts['servers'])} ({name or 'stream-replicator'})"
     loop = asyncio.get_running_loop()
     refused: asyncio.Future[BaseException] = loop.create_future()
-    last_logged: dict[str, float] = {}
+    repeats = RepeatLimit()
 
     async def _error_cb(e: Exception) -> None:
         if not refused.done() and not nc.is_connected and permanent_reason(e):
@@ -134,9 +154,8 @@ async def open_connection(
             return
         # While a server is away the client retries every second: the same error is logged
         # once per ERROR_LOG_INTERVAL_S, not sixty times a minute.
-        now, text = time.monotonic(), error_line(e)
-        if now - last_logged.get(text, -ERROR_LOG_INTERVAL_S) >= ERROR_LOG_INTERVAL_S:
-            last_logged[text] = now
+        text = error_line(e)
+        if repeats.allows(text):
             log.warning("NATS connection %s: %s", name or opts["servers"], text)
 
     opts.setdefault("error_cb", _error_cb)
