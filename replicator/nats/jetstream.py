@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import StreamConfig, StreamInfo, StreamState
-from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
+from nats.js.errors import APIError, ServiceUnavailableError
 
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, CopyOwner, SourceMark, parse_source_header
 from replicator.nats.client import ReplicatorClient
@@ -28,6 +28,7 @@ from replicator.nats.readers import (
     read_chunks,
     require_shown_gone,
     stream_info,
+    stream_info_doc,
 )
 from replicator.nats.wire import first_value
 from replicator.subjects import rewrite_subject
@@ -53,13 +54,9 @@ async def stream_info_and_time(
     not say (before 2.10). A message the info does not count was stored after that time."""
     from replicator.nats.timestamps import rfc3339_to_ns
 
-    reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=timeout)
-    doc = json.loads(reply.data)
-    if "error" in doc:
-        try:
-            APIError.from_error(doc["error"])
-        except NotFoundError:
-            return None, None
+    doc = await stream_info_doc(nc, stream, timeout=timeout)
+    if doc is None:
+        return None, None
     ts = doc.pop("ts", None)
     doc.pop("type", None)
     return StreamInfo.from_response(doc), rfc3339_to_ns(ts) // 1_000_000 if isinstance(ts, str) else None

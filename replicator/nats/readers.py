@@ -323,6 +323,22 @@ async def stream_info(nc: Client, stream: str) -> StreamInfo | None:
         return None
 
 
+async def stream_info_doc(
+    nc: Client, stream: str, request: bytes = b"", timeout: float = 5.0
+) -> dict[str, Any] | None:
+    """The stream's info as the server's JSON, with what nats-py's stream_info cannot ask for
+    or drops (the deleted sequences `request` may ask for, the answering server's clock `ts`);
+    None when there is no such stream. Other refusals raise APIError."""
+    reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", request, timeout=timeout)
+    doc: dict[str, Any] = json.loads(reply.data)
+    if "error" in doc:
+        try:
+            APIError.from_error(doc["error"])  # raises the error's own class
+        except NotFoundError:
+            return None
+    return doc
+
+
 async def next_in_range(
     nc: ReplicatorClient,
     stream: str,
@@ -403,13 +419,10 @@ async def _stream_state_with_deleted(nc: ReplicatorClient, stream: str) -> dict[
     """The `state` of the stream's info with its deleted sequences, as its leader gives it
     (nats-py's stream_info cannot ask for them); RangeNotHeld if there is no such stream now
     (its creation check says why)."""
-    resp = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b'{"deleted_details":true}', timeout=10)
-    body = json.loads(resp.data)
-    if "error" in body:
-        if body["error"].get("code") == 404:
-            raise RangeNotHeld(f"stream {stream} was not found by its info: read again")
-        raise APIError.from_error(body["error"])
-    state: dict[str, Any] = body.get("state") or {}
+    doc = await stream_info_doc(nc, stream, b'{"deleted_details":true}', timeout=10)
+    if doc is None:
+        raise RangeNotHeld(f"stream {stream} was not found by its info: read again")
+    state: dict[str, Any] = doc.get("state") or {}
     return state
 
 
