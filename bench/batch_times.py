@@ -7,6 +7,9 @@ each minute after the first batch that read messages, and for the batches with m
 (a wave of copies falling due), so docs/performance.md's split comes from a command:
 
     python -m bench.batch_times reports/scenarios/steady-100k.sr_steady_100k.log --after 35
+
+The log's text format only (`log_format: text`, the default). A batch published and then
+replayed (a kill before Spark committed it) is counted each time it ran.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 _LINE = re.compile(
-    r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) DEBUG .*?batch (?P<batch>\d+): "
+    r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) DEBUG \S+: (?:(?P<stream>\S+): )?batch (?P<batch>\d+): "
     r"(?P<messages>\d+) messages, (?P<copies>\d+) copied, (?P<advisories>\d+) advisories; "
     r"spark (?P<spark>[\d.]+) s, copies (?P<copying>[\d.]+) s, advisories (?P<advising>[\d.]+) s, "
     r"all (?P<all>[\d.]+) s$"
@@ -32,6 +35,7 @@ class BatchTimes:
     """One sampled batch's debug line: when it ended, what it held, where its seconds went."""
 
     ended: datetime
+    stream: str  # the entry's `stream/target` prefix
     batch: int
     messages: int
     copies: int
@@ -50,6 +54,7 @@ def parse(lines: Iterable[str]) -> Iterator[BatchTimes]:
             continue
         yield BatchTimes(
             ended=datetime.strptime(m["when"], "%Y-%m-%d %H:%M:%S,%f"),
+            stream=m["stream"] or "",
             batch=int(m["batch"]),
             messages=int(m["messages"]),
             copies=int(m["copies"]),
@@ -111,7 +116,10 @@ def table(batches: list[BatchTimes], after_s: float = 0.0, wave_copies: int = 30
     deadlines runs one, for its advisories)."""
     reading = [b for b in batches if b.messages]
     if not reading:
-        return "no sampled batch lines that read messages (was the log written at loglevel debug?)"
+        return (
+            "no sampled batch lines that read messages: run the replicator with loglevel: debug "
+            "and log_format: text (harness: --replicator-loglevel debug)"
+        )
     t0 = reading[0].ended
     minutes: dict[int, Sums] = {}
     wave, everything = Sums(), Sums()
@@ -137,13 +145,29 @@ def main(argv: list[str] | None = None) -> int:
         "--after", type=float, default=0.0, help="minutes start this many seconds after the first batch"
     )
     ap.add_argument("--wave-copies", type=int, default=3000, help="a batch with this many copies is a wave's")
+    ap.add_argument(
+        "--stream", default="", help="the entry (`stream/target`, as logged) of a log with several"
+    )
     args = ap.parse_args(argv)
     try:
         text = args.log.read_text(errors="replace")
     except OSError as e:
         print(f"batch_times: cannot read {args.log}: {e.strerror}; give a replicator's log", file=sys.stderr)
         return 2
-    print(table(list(parse(text.splitlines())), args.after, args.wave_copies))
+    batches = list(parse(text.splitlines()))
+    streams = sorted({b.stream for b in batches})
+    if args.stream:
+        batches = [b for b in batches if b.stream == args.stream]
+        if not batches:
+            print(f"batch_times: no batch of {args.stream} in {args.log}; it has {streams}", file=sys.stderr)
+            return 2
+    elif len(streams) > 1:
+        print(
+            f"batch_times: {args.log} has several sampled entries {streams}: choose one with --stream",
+            file=sys.stderr,
+        )
+        return 2
+    print(table(batches, args.after, args.wave_copies))
     return 0
 
 

@@ -356,7 +356,7 @@ class Runner:
         if line is not None:
             r.log.info(line)
         elif r.log.isEnabledFor(logging.DEBUG):
-            # Every batch's steps at debug, for where a fast batch's time goes (bench/batch_times.py).
+            # At debug every batch's steps, not only a slow one's (a sampled one's split: sampling.py).
             r.log.debug(slow_batch_line(progress, threshold_s=0.0, rows=read_here))
 
     def _log_progress(self) -> None:

@@ -174,7 +174,11 @@ def test_each_batchs_steps_reach_the_metrics_and_a_slow_one_is_logged() -> None:
 
     lines: list[str] = []
     handler = logging.Handler()
-    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    levels: list[int] = []
+    handler.emit = lambda record: (  # type: ignore[method-assign]
+        lines.append(record.getMessage()),
+        levels.append(record.levelno),
+    )
     stream.log.addHandler(handler)
     stream.log.setLevel(logging.INFO)
     runner._on_batch({"name": "sr_STEPS_steps", "batchId": 7, "numInputRows": 3,
@@ -193,12 +197,16 @@ def test_each_batchs_steps_reach_the_metrics_and_a_slow_one_is_logged() -> None:
     runner._on_batch({"name": "sr_STEPS_steps", "batchId": 9, "numInputRows": 0,
                       "durationMs": {"addBatch": 5_500, "triggerExecution": 5_600}})  # fmt: skip
     assert lines[-1] == "batch 9 took 5.6 s (addBatch 5.5 s); 12 rows"
-    # At loglevel debug every batch gets its line (bench/batch_times.py's split of fast ones).
+    # At loglevel debug every batch gets its line, at debug.
     stream.log.setLevel(logging.DEBUG)
     runner._on_batch({"name": "sr_STEPS_steps", "batchId": 10, "numInputRows": 3,
                       "durationMs": {"addBatch": 300, "walCommit": 9, "triggerExecution": 345}})  # fmt: skip
-    assert lines[-1] == "batch 10 took 0.3 s (addBatch 0.3 s); 3 rows"
-    assert committed == [True] * 4  # each of its batches told the entry (not the other query's)
+    assert lines[-1] == "batch 10 took 0.3 s (addBatch 0.3 s); 3 rows" and levels[-1] == logging.DEBUG
+    runner._on_batch({"name": "sr_STEPS_steps", "batchId": 11, "numInputRows": 3,
+                      "durationMs": {"addBatch": 6_000, "triggerExecution": 6_100}})  # fmt: skip
+    assert lines[-1] == "batch 11 took 6.1 s (addBatch 6.0 s); 3 rows" and lines.count(lines[-1]) == 1
+    assert levels[-1] == logging.INFO  # a slow batch: once, at info, as at any level
+    assert committed == [True] * 5  # each of its batches told the entry (not the other query's)
     stream.log.removeHandler(handler)
 
 
