@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from nats.js.api import KeyValueConfig, StreamConfig
 from nats_servers import NatsCluster, nats_cluster
 
 from harness.streams import copy_differences
-from replicator.nats.connect import PERMISSION_HINT
+from replicator.nats.connect import PERMISSION_HINT, open_connection
 from replicator.nats.jetstream import stream_info
 
 pytestmark = pytest.mark.integration
@@ -202,3 +203,26 @@ def test_a_refused_request_is_logged_with_the_subject_and_the_fix(tmp_path: Path
         line = next(line for line in rep.output(10**9).splitlines() if refused in line)
         assert line.endswith(PERMISSION_HINT), line
         assert run(stored(c.url("source", "admin"), "ADVISORIES")) == 0
+
+
+def test_a_subject_refused_again_and_again_is_logged_once_per_30_s(caplog: pytest.LogCaptureFixture) -> None:
+    """operations.md: the warning "is repeated at most every 30 s for each subject on each
+    connection": five refused publishes to one subject in a second make one line, and another
+    subject its own."""
+
+    async def refuse_publishes(url: str) -> None:
+        nc = await open_connection(url, name="refusals")
+        try:
+            for _ in range(5):
+                await nc.publish("_NOT.ALLOWED.one", b"x")
+            await nc.publish("_NOT.ALLOWED.two", b"x")
+            await nc.flush()
+            await asyncio.sleep(1)  # the server's -ERR lines come after the flush's PONG
+        finally:
+            await nc.close()
+
+    with secured_clusters() as c, caplog.at_level(logging.WARNING, logger="replicator.nats.connect"):
+        run(refuse_publishes(c.url("source", "repl")))
+    lines = [r.getMessage() for r in caplog.records if "permissions violation" in r.getMessage()]
+    assert [line.split('"')[1] for line in lines] == ["_not.allowed.one", "_not.allowed.two"], lines
+    assert all(line.endswith(PERMISSION_HINT) for line in lines)
