@@ -4,6 +4,7 @@ that the bucketed, batched, serialised engine equals the plain reference."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 
@@ -274,3 +275,22 @@ def test_the_next_due_clock_is_the_first_that_changes_the_table(evts, tail, drop
 
 
 FLEET_HISTORY = rules.FLEET_HISTORY_MS
+
+
+def test_a_sender_reporting_every_300_s_is_copied_every_55_or_60_minutes_with_an_hours_interval() -> None:
+    """configuration.md ("When a sender is due again"): with a message every 300 s and an
+    hour's inspect_duration, each sender is copied every 55 or 60 minutes, and keeps its own."""
+    senders = [f"node{i}.example.net" for i in range(2000)]
+    msgs = [
+        Message(t * len(senders) + i, s, t * 300 * S, 1000) for t in range(40) for i, s in enumerate(senders)
+    ]
+    copied, _, _ = run(msgs, 39 * 300 * S)
+    copy_times: dict[str, list[int]] = {}
+    copied_seqs = set(copied)
+    for m in msgs:
+        if m.seq in copied_seqs:
+            copy_times.setdefault(m.sender, []).append(m.ts_ms // S)
+    gaps = {s: {b - a for a, b in itertools.pairwise(times)} for s, times in copy_times.items()}
+    assert all(len(copy_times[s]) >= 3 for s in senders)  # new, then at least two intervals
+    assert set().union(*gaps.values()) == {3300, 3600}  # both occur over 2,000 senders
+    assert all(len(g) == 1 for g in gaps.values())  # each sender keeps its interval
