@@ -168,12 +168,18 @@ def test_missing_target_with_no_target_create_is_a_clear_error(
         "dc1",
         [{"stream": "X", "source_url": src, "target_url": dst, "no_target_create": True}],
     )
-    rep = start_replicator(cfg)
-    rep.proc.wait(120)
-    assert rep.proc.returncode != 0
-    out = rep.output()
-    assert "stream-replicator: target stream X does not exist and no_target_create is set" in out
-    assert "Traceback" not in out
+    # operations.md: a setup problem is one line on stderr and exit status 2 (the unit's
+    # RestartPreventExitStatus: not restarted until someone fixes it).
+    r = cli("run", "--config", str(cfg))
+    assert r.returncode == 2, r.stderr
+    # The error is the last line, whole (the lines before it are the log's, which goes to stderr).
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith(
+        "stream-replicator: target stream X does not exist and no_target_create is set"
+    )
+    assert lines[-1].endswith("create it on the target cluster or unset no_target_create")
+    assert [line for line in lines if "no_target_create" in line] == lines[-1:]
+    assert "Traceback" not in r.stderr + r.stdout
 
 
 @pytest.mark.parametrize(
