@@ -488,3 +488,19 @@ def test_heartbeat_header_names_nats_would_refuse_are_refused(
 def test_true_is_not_taken_for_a_number() -> None:
     with pytest.raises(ConfigError, match="monitor_port: expected an integer, got true"):
         parse_config({**BASE, "monitor_port": True})
+
+
+def test_state_store_defaults_to_state_beside_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """configuration.md: `./state` beside the config file, wherever the process was started."""
+    conf_dir = tmp_path / "etc"
+    conf_dir.mkdir()
+    (conf_dir / "sr.yaml").write_text(
+        "name: dc1\nstreams: [{stream: S, source_url: 'nats://a', target_url: 'nats://b'}]\n"
+    )
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_config("../etc/sr.yaml").state_store == str(conf_dir / "state")
+    assert load_config(conf_dir / "sr.yaml").state_store == str(conf_dir / "state")

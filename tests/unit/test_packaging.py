@@ -80,3 +80,17 @@ def test_the_container_runs_as_a_non_root_user_with_a_health_check() -> None:
     ]  # fmt: skip
     assert json.loads(containerfile_instruction("ENTRYPOINT"))[:2] == ["stream-replicator", "run"]
     assert "openjdk-17-jre-headless" in containerfile_instruction("RUN apt-get update")
+
+
+def test_a_stop_gives_up_before_the_unit_would_kill_it() -> None:
+    """operations.md: a stop not done 45 s after SIGTERM exits 1, inside the unit's
+    TimeoutStopSec (60): the replicator names the step it was stuck in before systemd's SIGKILL
+    ends it without a word."""
+    from replicator.runner import STOP_DEADLINE_S
+
+    unit = (PACKAGING / "systemd" / "stream-replicator.service").read_text()
+    timeout_stop = re.search(r"^TimeoutStopSec=(\d+)$", unit, re.M)
+    assert timeout_stop, "the unit sets no TimeoutStopSec"
+    assert STOP_DEADLINE_S == 45.0 < int(timeout_stop.group(1)) == 60
+    docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text().split())
+    assert "a stop not done 45 s after SIGTERM (inside the shipped unit's `TimeoutStopSec=60`) exits 1" in docs

@@ -144,6 +144,22 @@ def test_a_retry_whose_servers_come_back_starts_at_once_not_after_its_backoff() 
     assert started == ["S/dc1"] and "S/dc1" not in runner._retries
 
 
+def test_a_failing_stream_waits_1_2_4_8_16_30_s_and_from_1_s_again_once_copies_landed() -> None:
+    """operations.md: a failed batch is retried with a backoff doubling up to 30 s, which
+    starts again from 1 s once copies land (even in a batch that then failed)."""
+    runner, _ = _runner()
+    stream = _Stream([])
+
+    def fail(landed: int) -> int:
+        stream.sink.landed = landed
+        runner._schedule_retry(stream)  # type: ignore[arg-type]
+        return round(runner._retries.pop("S/dc1").due - time.monotonic())
+
+    assert [fail(landed=0) for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    assert fail(landed=1) == 1  # a copy landed since the last failure: a fresh fault
+    assert [fail(landed=1) for _ in range(3)] == [2, 4, 8]
+
+
 def test_a_refusal_with_servers_answering_waits_out_its_backoff() -> None:
     runner, started = _runner()
     stream = _Stream([])  # the servers answer all along: the target refused, say
