@@ -28,6 +28,8 @@ from helpers import (
     tree,
     url_port,
     wait_for,
+    wait_handled,
+    write_config,
 )
 
 from harness.faultproxy import FaultProxy
@@ -37,6 +39,9 @@ from replicator.entry_files import inflight_path, live_mark_path
 from replicator.live_mark import read_live_mark
 from replicator.runner import STOP_DEADLINE_S
 from replicator.spark.checkpoint import committed_end, open_checkpoint
+
+from .test_sampling import SUBJECTS as SAMPLED_SUBJECTS
+from .test_sampling import sampling_stream
 
 pytestmark = pytest.mark.integration
 
@@ -129,13 +134,75 @@ def test_when_sparks_jvm_dies_the_replicator_exits_1_and_a_restart_continues_exa
     dst = nats_server.url
     cfg, n, rep = copy_under_way(source_server.url, dst, tmp_path, 20_000)
     assert rep.proc is not None
-    os.kill(spark_jvm(rep.proc.pid), signal.SIGKILL)
+    jvm = spark_jvm(rep.proc.pid)
+    killed = time.monotonic()
+    os.kill(jvm, signal.SIGKILL)
     # Not left running with nothing to copy with (and /healthz still saying ok): exit 1, for
     # systemd's Restart=on-failure or a container runtime's restart policy.
     assert rep.proc.wait(60) == 1, rep.output()
+    took = time.monotonic() - killed
     assert "Spark's JVM is gone" in rep.output()
+    # operations.md: "within a second or two" (it asks the JVM each second); a bound for a
+    # loaded machine, well short of a wait for anything else (the 45 s stop deadline).
+    print(f"\nthe JVM killed to the exit: {took:.1f} s")
+    assert took < 10, took
 
     restart_and_check_exact(cfg, dst, n)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` still runs: an ended process whose parent died stays a zombie until
+    whatever adopted it reaps it, which a container's init may never do."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+@pytest.mark.parametrize("entry", ["copy", "sampled"])
+def test_a_killed_driver_takes_sparks_jvm_and_python_workers_with_it(
+    source_server, nats_server, tmp_path: Path, entry: str
+) -> None:
+    """operations.md: the JVM runs in a session of its own (so a terminal's signal reaches the
+    driver only), yet it and Spark's Python workers end with the driver even when the driver
+    alone is killed (the JVM exits when its stdin, a pipe from the driver, closes): no JVM left
+    holding memory and the checkpoint's files after a kill -9. A sampled entry's rules run in
+    Spark's Python task workers; the copy restarted after the kill is exact."""
+    src, dst = source_server.url, nats_server.url
+    if entry == "copy":
+        cfg, n, rep = copy_under_way(src, dst, tmp_path, 20_000)
+    else:
+        run(create_stream(src, "REG", SAMPLED_SUBJECTS))
+        run(create_stream(src, "ADV", ["choria.adv.>"]))  # its reliable advisories' stream
+        run(
+            publish(
+                src, [("choria.stream.input.registration.x", registration(i), None) for i in range(2_000)]
+            )
+        )
+        cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)])
+        rep = start_replicator(cfg)
+        wait_handled(rep, src, "REG")
+    assert rep.proc is not None
+    jvm = spark_jvm(rep.proc.pid)
+    others = {pid: cmd for pid, cmd in tree(rep.proc.pid).items() if pid != rep.proc.pid}
+    assert jvm in others and os.getsid(jvm) != os.getsid(rep.proc.pid)  # beyond a group kill
+    if entry == "sampled":
+        workers = [pid for pid, cmd in others.items() if pid != jvm and "pyspark.worker" in cmd]
+        assert workers, others  # the rules' task workers (replicator.spark.daemon)
+    killed = time.monotonic()
+    os.kill(rep.proc.pid, signal.SIGKILL)  # the driver alone, not its group
+    rep.proc.wait(10)
+    try:
+        wait_for(lambda: not any(_running(pid) for pid in others), SLOW_S, "the driver's children gone")
+    finally:
+        for pid in others:
+            with contextlib.suppress(ProcessLookupError):
+                if _running(pid):
+                    os.kill(pid, signal.SIGKILL)
+    print(f"\nthe driver killed to its {len(others)} children gone: {time.monotonic() - killed:.1f} s")
+    if entry == "copy":
+        restart_and_check_exact(cfg, dst, n)  # and the kill lost and doubled nothing
 
 
 def test_a_stop_signal_while_caught_up_and_waiting_for_news_is_clean(
