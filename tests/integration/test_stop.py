@@ -205,6 +205,36 @@ def test_a_killed_driver_takes_sparks_jvm_and_python_workers_with_it(
         restart_and_check_exact(cfg, dst, n)  # and the kill lost and doubled nothing
 
 
+def test_a_stop_under_a_batch_that_cannot_end_abandons_it_after_10_s_and_loses_nothing(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """operations.md: a batch still running 10 s after the stop is abandoned with one warning,
+    and read again on the next start. Here the target's link stalls just before the stop and
+    stays stalled through it: the stop still ends within its deadline (exit 0), warns once, and
+    the next start (the link back) copies the rest exactly, nothing lost or doubled."""
+    dst = nats_server.url
+    with FaultProxy(url_port(dst)) as link:
+        link.bandwidth = 2_000_000  # ~2,000 copies a second: the stall finds a batch publishing
+        cfg, n = orders_backlog(source_server.url, link.url, tmp_path, 40_000, batch_max_messages=5_000)
+        rep = start_replicator(cfg)
+        wait_for(lambda: run(count(dst, "ORDERS")) >= 4_000, SLOW_S, "copying under way", rep)
+        link.stall()
+        time.sleep(0.5)
+        assert rep.proc is not None
+        stopped = time.monotonic()
+        os.killpg(rep.proc.pid, signal.SIGTERM)
+        code = rep.proc.wait(STOP_DEADLINE_S + 30)
+        took = time.monotonic() - stopped
+        out = rep.output(10**9)
+        link.restore()
+        assert code == 0, out
+        assert out.count("the batch in flight did not end within 10s; abandoning it") == 1, out
+        assert took < STOP_DEADLINE_S, took
+        print(f"\nstop under a stalled batch: {took:.1f} s")
+        assert run(count(dst, "ORDERS")) < n  # it really stopped mid-copy
+        restart_and_check_exact(cfg, dst, n)
+
+
 def test_a_stop_signal_while_caught_up_and_waiting_for_news_is_clean(
     source_server, nats_server, tmp_path: Path
 ) -> None:
