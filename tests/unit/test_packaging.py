@@ -93,4 +93,6 @@ def test_a_stop_gives_up_before_the_unit_would_kill_it() -> None:
     assert timeout_stop, "the unit sets no TimeoutStopSec"
     assert STOP_DEADLINE_S == 45.0 < int(timeout_stop.group(1)) == 60
     docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text().split())
-    assert "a stop not done 45 s after SIGTERM (inside the shipped unit's `TimeoutStopSec=60`) exits 1" in docs
+    assert (
+        "a stop not done 45 s after SIGTERM (inside the shipped unit's `TimeoutStopSec=60`) exits 1" in docs
+    )
