@@ -139,7 +139,12 @@ def test_a_leader_stepping_aside_hands_the_key_to_a_peer_after_its_guard(
     run(go())
 
 
-def test_a_leader_alone_leads_again_after_its_pause(election_servers: tuple[NatsCluster, int]) -> None:
+@pytest.mark.parametrize(("pause", "waited"), [(3.0, 3.0), (1.0, 2.0)], ids=["3s", "1s-taken-as-2s"])
+def test_a_leader_alone_leads_again_after_its_pause(
+    election_servers: tuple[NatsCluster, int], pause: float, waited: float
+) -> None:
+    """A pause shorter than 2 s (the runner's first backoff is 1 s) is taken as 2 s
+    (operations.md: "at least 2 s"), so a peer asking every second can win the key first."""
     servers, replicas = election_servers
 
     async def go() -> None:
@@ -150,11 +155,11 @@ def test_a_leader_alone_leads_again_after_its_pause(election_servers: tuple[Nats
         assert a.lease is not None
         guard = a.lease.guard
         asked = time.monotonic()
-        a.step_aside(3.0)
-        a.step_aside(3.0)  # asked twice (two entries' failures): one hand-over
+        a.step_aside(pause)
+        a.step_aside(pause)  # asked twice (two entries' failures): one hand-over
         assert not a.leading()
         await _until(a.leading, 60, "a leading again")
-        assert time.monotonic() - asked >= guard + 3.0  # the pause counts from the key's deletion
+        assert time.monotonic() - asked >= guard + waited  # the pause counts from the key's deletion
         assert a.wins == 2
         await _stop(a, a_run, a_nc)
         await nc.close()
@@ -284,3 +289,29 @@ def test_a_ttl_shortened_in_place_shortens_the_lease_at_the_next_renewal(
         await nc.close()
 
     run(go())
+
+
+def test_a_bucket_whose_ttl_is_outside_1_s_to_1_h_is_refused_and_the_bounds_are_taken(nats_server) -> None:
+    """operations.md: a bucket without a TTL, or with one outside 1 s to 1 h, is refused (a dead
+    leader's key must expire), in a line that says how to create it; 1 s and 1 h are taken."""
+    from replicator.election import BucketMissing
+
+    async def verdict(ttl: float) -> float | str:
+        nc = await nats.connect(nats_server.url)
+        try:
+            js = nc.jetstream()
+            await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=ttl))
+            try:
+                return await Election._ttl(await js.key_value(BUCKET))
+            except BucketMissing as e:
+                return str(e)
+            finally:
+                await js.delete_key_value(BUCKET)
+        finally:
+            await nc.close()
+
+    for ttl in (0, 0.5, 3601, 7200):
+        refused = run(verdict(ttl))
+        assert isinstance(refused, str) and "it needs one from 1 s to 3600 s" in refused, (ttl, refused)
+        assert "nats kv add CHORIA_LEADER_ELECTION --ttl 10s" in refused
+    assert [run(verdict(ttl)) for ttl in (1, 3600)] == [1.0, 3600.0]
