@@ -151,10 +151,11 @@ def test_a_clean_stop_hands_the_key_over_before_it_could_expire(
             took = time.monotonic() - stopped
             assert took < 120, "b led only once the key expired: a did not hand it over"
             assert "gave up the leadership" in a.output(10**9), a.output()
-            # operations.md: the standby takes the key at its next ask (every second). Its
-            # line comes after a's deletion, a few asks at most later on a loaded machine.
+            # operations.md: the standby takes the key at its next ask (every second): its line
+            # comes a few asks at most after a's (a loaded machine). a logs once the deletion is
+            # acknowledged, so b, winning meanwhile, may log first: by well under a second.
             handed = _logged_at(a, "gave up the leadership") - _logged_at(b, "became the leader")
-            assert -10 < handed.total_seconds() <= 0, handed
+            assert -10 < handed.total_seconds() <= 1.0, handed
             print(
                 f"\nclean stop to the standby leading: {took:.1f} s ({-handed.total_seconds():.1f} s after the key)"
             )

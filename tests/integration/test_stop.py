@@ -150,14 +150,15 @@ def test_when_sparks_jvm_dies_the_replicator_exits_1_and_a_restart_continues_exa
     restart_and_check_exact(cfg, dst, n)
 
 
-def _running(pid: int) -> bool:
-    """Whether `pid` still runs: an ended process whose parent died stays a zombie until
-    whatever adopted it reaps it, which a container's init may never do."""
+def _still(pid: int, command: str) -> bool:
+    """Whether process `pid` still runs as `command` (a pid freed since may be another's): an
+    ended process whose parent died stays a zombie until whatever adopted it reaps it, which a
+    container's init may never do."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X") and tree(pid).get(pid) == command
 
 
 @pytest.mark.parametrize("entry", ["copy", "sampled"])
@@ -170,37 +171,47 @@ def test_a_killed_driver_takes_sparks_jvm_and_python_workers_with_it(
     holding memory and the checkpoint's files after a kill -9. A sampled entry's rules run in
     Spark's Python task workers; the copy restarted after the kill is exact."""
     src, dst = source_server.url, nats_server.url
-    if entry == "copy":
-        cfg, n, rep = copy_under_way(src, dst, tmp_path, 20_000)
-    else:
-        run(create_stream(src, "REG", SAMPLED_SUBJECTS))
-        run(create_stream(src, "ADV", ["choria.adv.>"]))  # its reliable advisories' stream
-        run(
-            publish(
-                src, [("choria.stream.input.registration.x", registration(i), None) for i in range(2_000)]
-            )
-        )
-        cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)])
-        rep = start_replicator(cfg)
-        wait_handled(rep, src, "REG")
-    assert rep.proc is not None
-    jvm = spark_jvm(rep.proc.pid)
-    others = {pid: cmd for pid, cmd in tree(rep.proc.pid).items() if pid != rep.proc.pid}
-    assert jvm in others and os.getsid(jvm) != os.getsid(rep.proc.pid)  # beyond a group kill
-    if entry == "sampled":
-        workers = [pid for pid, cmd in others.items() if pid != jvm and "pyspark.worker" in cmd]
-        assert workers, others  # the rules' task workers (replicator.spark.daemon)
-    killed = time.monotonic()
-    os.kill(rep.proc.pid, signal.SIGKILL)  # the driver alone, not its group
-    rep.proc.wait(10)
+    seen: dict[int, str] = {}  # every process of the tree noted, killed afterwards if still itself
+    rep: Replicator | None = None
     try:
-        wait_for(lambda: not any(_running(pid) for pid in others), SLOW_S, "the driver's children gone")
+        if entry == "copy":
+            cfg, n, rep = copy_under_way(src, dst, tmp_path, 20_000)
+        else:
+            run(create_stream(src, "REG", SAMPLED_SUBJECTS))
+            run(create_stream(src, "ADV", ["choria.adv.>"]))  # its reliable advisories' stream
+            run(
+                publish(
+                    src, [("choria.stream.input.registration.x", registration(i), None) for i in range(2_000)]
+                )
+            )
+            cfg = write_config(tmp_path / "sr.yaml", "dc1", [sampling_stream(src, dst)])
+            rep = start_replicator(cfg)
+            wait_handled(rep, src, "REG")
+        assert rep.proc is not None
+        jvm = spark_jvm(rep.proc.pid)
+        seen.update(tree(rep.proc.pid))
+        others = {pid: cmd for pid, cmd in seen.items() if pid != rep.proc.pid}
+        assert jvm in others and os.getsid(jvm) != os.getsid(rep.proc.pid)  # beyond a group kill
+        if entry == "sampled":
+            workers = [pid for pid, cmd in others.items() if pid != jvm and "pyspark.worker" in cmd]
+            assert workers, others  # the rules' task workers (replicator.spark.daemon)
+        killed = time.monotonic()
+        os.kill(rep.proc.pid, signal.SIGKILL)  # the driver alone, not its group
+        rep.proc.wait(10)
+
+        def still_running() -> list[int]:
+            seen.update(tree(jvm))  # a worker forked since the snapshot counts too
+            return [pid for pid, cmd in seen.items() if pid != rep.proc.pid and _still(pid, cmd)]
+
+        wait_for(lambda: not still_running(), SLOW_S, "the driver's children gone")
+        print(f"\nthe driver killed to its {len(others)} children gone: {time.monotonic() - killed:.1f} s")
     finally:
-        for pid in others:
-            with contextlib.suppress(ProcessLookupError):
-                if _running(pid):
+        if rep is not None and rep.alive():
+            rep.kill9()
+        for pid, cmd in seen.items():
+            if _still(pid, cmd):
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-    print(f"\nthe driver killed to its {len(others)} children gone: {time.monotonic() - killed:.1f} s")
     if entry == "copy":
         restart_and_check_exact(cfg, dst, n)  # and the kill lost and doubled nothing
 
@@ -209,24 +220,32 @@ def test_a_stop_under_a_batch_that_cannot_end_abandons_it_after_10_s_and_loses_n
     source_server, nats_server, tmp_path: Path
 ) -> None:
     """operations.md: a batch still running 10 s after the stop is abandoned with one warning,
-    and read again on the next start. Here the target's link stalls just before the stop and
-    stays stalled through it: the stop still ends within its deadline (exit 0), warns once, and
+    and read again on the next start. A batch runs until the one before it is acknowledged (its
+    copies are published while the next is read), and each batch here takes about 10 s to
+    publish: once the second batch is planned, the target's link stalls and the stop comes, so
+    that batch can never end. The stop still ends within its deadline (exit 0), warns once, and
     the next start (the link back) copies the rest exactly, nothing lost or doubled."""
     dst = nats_server.url
     with FaultProxy(url_port(dst)) as link:
-        link.bandwidth = 2_000_000  # ~2,000 copies a second: the stall finds a batch publishing
-        cfg, n = orders_backlog(source_server.url, link.url, tmp_path, 40_000, batch_max_messages=5_000)
+        link.bandwidth = 500_000  # ~500 copies a second: a batch of 5,000 publishes for ~10 s
+        cfg, n = orders_backlog(source_server.url, link.url, tmp_path, 20_000, batch_max_messages=5_000)
+        checkpoint = tmp_path / "state" / "ORDERS_dc1" / "checkpoint"
         rep = start_replicator(cfg)
-        wait_for(lambda: run(count(dst, "ORDERS")) >= 4_000, SLOW_S, "copying under way", rep)
-        link.stall()
-        time.sleep(0.5)
-        assert rep.proc is not None
-        stopped = time.monotonic()
-        os.killpg(rep.proc.pid, signal.SIGTERM)
-        code = rep.proc.wait(STOP_DEADLINE_S + 30)
-        took = time.monotonic() - stopped
+        try:
+            wait_for(lambda: (checkpoint / "offsets" / "1").exists(), SLOW_S, "the second batch planned", rep)
+            link.stall()
+            time.sleep(0.5)
+            assert rep.proc is not None
+            stopped = time.monotonic()
+            os.killpg(rep.proc.pid, signal.SIGTERM)
+            code = rep.proc.wait(STOP_DEADLINE_S + 30)
+            took = time.monotonic() - stopped
+        finally:
+            if rep.alive():
+                rep.kill9()
         out = rep.output(10**9)
         link.restore()
+        link.bandwidth = 0
         assert code == 0, out
         assert out.count("the batch in flight did not end within 10s; abandoning it") == 1, out
         assert took < STOP_DEADLINE_S, took
