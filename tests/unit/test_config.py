@@ -504,3 +504,27 @@ def test_state_store_defaults_to_state_beside_the_config_file(
     monkeypatch.chdir(elsewhere)
     assert load_config("../etc/sr.yaml").state_store == str(conf_dir / "state")
     assert load_config(conf_dir / "sr.yaml").state_store == str(conf_dir / "state")
+
+
+def test_heartbeat_intervals_under_1s_and_batch_max_bytes_outside_1_mib_to_1_gib_are_refused() -> None:
+    """configuration.md: heartbeats' interval "at least 1s" (shared, or a subject's own), and
+    `batch_max_bytes` "Between 1 MiB and 1 GiB"; each refusal one line."""
+    hb = {"url": "nats://a:4222", "subjects": [{"subject": "x"}]}
+    for interval, own in (("1s", None), ("900ms", None), ("10s", "500ms")):
+        subject = {"subject": "x", **({"interval": own} if own else {})}
+        cfg = {"name": "dc1", "heartbeats": {**hb, "interval": interval, "subjects": [subject]}}
+        if interval == "1s":
+            assert parse_config(cfg).heartbeats is not None
+            continue
+        with pytest.raises(ConfigError, match="heartbeat intervals must be at least 1s") as e:
+            parse_config(cfg)
+        assert "\n" not in str(e.value)
+    entry = BASE["streams"][0]
+    for size, taken in ((1 << 20, True), ((1 << 20) - 1, False), (1 << 30, True), ((1 << 30) + 1, False)):
+        cfg = {**BASE, "streams": [{**entry, "batch_max_bytes": size}]}
+        if taken:
+            assert parse_config(cfg).streams[0].batch_max_bytes == size
+            continue
+        with pytest.raises(ConfigError, match=r"^streams\[0\]\.batch_max_bytes: ") as e:
+            parse_config(cfg)
+        assert "\n" not in str(e.value), str(e.value)
