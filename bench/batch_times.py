@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 _LINE = re.compile(
     r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) DEBUG \S+: (?:(?P<stream>\S+): )?batch (?P<batch>\d+): "
@@ -66,40 +67,24 @@ def parse(lines: Iterable[str]) -> Iterator[BatchTimes]:
         )
 
 
-@dataclass
-class Sums:
-    """Batches summed: their counts and seconds, and the rates they give."""
+def row(label: str, batches: list[BatchTimes]) -> str:
+    """One table row: the batches' counts and seconds summed, and the rates they give."""
 
-    batches: int = 0
-    messages: int = 0
-    copies: int = 0
-    advisories: int = 0
-    spark_s: float = 0.0
-    copies_s: float = 0.0
-    advisories_s: float = 0.0
-    all_s: float = 0.0
+    def total(field: str) -> Any:
+        return sum(getattr(b, field) for b in batches)
 
-    def add(self, b: BatchTimes) -> None:
-        self.batches += 1
-        self.messages += b.messages
-        self.copies += b.copies
-        self.advisories += b.advisories
-        self.spark_s += b.spark_s
-        self.copies_s += b.copies_s
-        self.advisories_s += b.advisories_s
-        self.all_s += b.all_s
+    def per(seconds: float, n: int) -> str:
+        return f"{seconds / n * 1e6:,.0f}" if n else "-"
 
-    def row(self, label: str) -> str:
-        def per(seconds: float, n: int) -> str:
-            return f"{seconds / n * 1e6:,.0f}" if n else "-"
-
-        rate = f"{self.messages / self.all_s:,.0f}" if self.all_s else "-"
-        return (
-            f"| {label} | {self.batches} | {self.messages:,} | {self.copies:,} | {self.advisories:,} "
-            f"| {self.spark_s:.2f} ({per(self.spark_s, self.messages)}) "
-            f"| {self.copies_s:.2f} ({per(self.copies_s, self.copies)}) "
-            f"| {self.advisories_s:.2f} | {self.all_s:.2f} | {rate} |"
-        )
+    messages, copies, spark_s, copies_s, all_s = (
+        total(f) for f in ("messages", "copies", "spark_s", "copies_s", "all_s")
+    )
+    rate = f"{messages / all_s:,.0f}" if all_s else "-"
+    return (
+        f"| {label} | {len(batches)} | {messages:,} | {copies:,} | {total('advisories'):,} "
+        f"| {spark_s:.2f} ({per(spark_s, messages)}) | {copies_s:.2f} ({per(copies_s, copies)}) "
+        f"| {total('advisories_s'):.2f} | {all_s:.2f} | {rate} |"
+    )
 
 
 HEADER = (
@@ -121,20 +106,15 @@ def table(batches: list[BatchTimes], after_s: float = 0.0, wave_copies: int = 30
             "and log_format: text (harness: --replicator-loglevel debug)"
         )
     t0 = reading[0].ended
-    minutes: dict[int, Sums] = {}
-    wave, everything = Sums(), Sums()
-    for b in batches:
-        if b.ended < t0:
-            continue
-        everything.add(b)
-        if b.copies >= wave_copies:
-            wave.add(b)
+    counted = [b for b in batches if b.ended >= t0]
+    minutes: dict[int, list[BatchTimes]] = {}
+    for b in counted:
         since = (b.ended - t0).total_seconds() - after_s
         if since >= 0:
-            minutes.setdefault(int(since // 60), Sums()).add(b)
-    rows = [HEADER] + [minutes[k].row(str(k + 1)) for k in sorted(minutes)]
-    rows.append(wave.row(f"≥ {wave_copies:,} copies"))
-    rows.append(everything.row("all"))
+            minutes.setdefault(int(since // 60), []).append(b)
+    rows = [HEADER] + [row(str(k + 1), minutes[k]) for k in sorted(minutes)]
+    rows.append(row(f"≥ {wave_copies:,} copies", [b for b in counted if b.copies >= wave_copies]))
+    rows.append(row("all", counted))
     return "\n".join(rows)
 
 
