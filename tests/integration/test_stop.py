@@ -35,7 +35,7 @@ from helpers import (
 from harness.faultproxy import FaultProxy
 from harness.streams import count_messages as count
 from replicator.config import load_config
-from replicator.entry_files import inflight_path, live_mark_path
+from replicator.entry_files import checkpoint_location, inflight_path, live_mark_path
 from replicator.live_mark import read_live_mark
 from replicator.runner import STOP_DEADLINE_S
 from replicator.spark.checkpoint import committed_end, open_checkpoint
@@ -86,7 +86,7 @@ def starting_slowly(cfg: Path, tmp_path: Path) -> Iterator[tuple[Replicator, dic
         if rep.alive():
             rep.kill9()
         for pid, command in launch.items():
-            if pid != rep.proc.pid and tree(pid).get(pid) == command:
+            if pid != rep.proc.pid and _still(pid, command):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
 
@@ -230,7 +230,8 @@ def test_a_stop_under_a_batch_that_cannot_end_abandons_it_after_10_s_and_loses_n
     with FaultProxy(url_port(dst)) as link:
         link.bandwidth = 500_000  # ~500 copies a second: a batch of 5,000 publishes for ~10 s
         cfg, n = orders_backlog(source_server.url, link.url, tmp_path, 20_000, batch_max_messages=5_000)
-        checkpoint = tmp_path / "state" / "ORDERS_dc1" / "checkpoint"
+        loaded = load_config(cfg)
+        checkpoint = Path(checkpoint_location(loaded, loaded.streams[0]))
         rep = start_replicator(cfg)
         try:
             wait_for(lambda: (checkpoint / "offsets" / "1").exists(), SLOW_S, "the second batch planned", rep)
