@@ -85,9 +85,19 @@ async def publish(
         await nc.close()
 
 
-async def publish_raw(url: str, items: list[tuple[str, bytes, list[tuple[str, str]]]]) -> list[int]:
+def header_lines(headers: list[tuple[str, str | bytes]]) -> bytes:
+    """`Name: value` lines; a bytes value goes on the wire as it is (a value that is not UTF-8,
+    which no client library here would send)."""
+    return b"".join(
+        wire.encode_header_lines([(k, v)]) if isinstance(v, str) else b"%s: %s\r\n" % (k.encode(), v)
+        for k, v in headers
+    )
+
+
+async def publish_raw(url: str, items: list[tuple[str, bytes, list[tuple[str, str | bytes]]]]) -> list[int]:
     """JetStream-publish (subject, data, header pairs) with the replicator's own client, so a
-    header name may repeat (nats-py's publish takes a dict); returns the sequences."""
+    header name may repeat (nats-py's publish takes a dict) and a value may be bytes that are
+    not UTF-8; returns the sequences."""
     nc = await open_connection(url, name="test-raw-publish")
     seqs = []
     try:
@@ -100,7 +110,7 @@ async def publish_raw(url: str, items: list[tuple[str, bytes, list[tuple[str, st
                     fut.set_result(d)
 
             sub = await nc.raw_subscribe(reply, on_ack)
-            await nc.publish_encoded(subject, reply, wire.encode_header_lines(headers), data)
+            await nc.publish_encoded(subject, reply, header_lines(headers), data)
             ack = json.loads(await asyncio.wait_for(fut, 10))
             await nc.raw_unsubscribe(sub)
             assert "error" not in ack, ack

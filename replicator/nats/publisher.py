@@ -267,7 +267,7 @@ class PipelinedPublisher:
         fast_batch: bool = False,
         seqs: dict[int, int] | None = None,
     ) -> PublishOutcome:
-        """Publish (subject, data, header lines encoded by `wire.encode_header_lines`) in order; returns
+        """Publish (subject, data, header lines encoded by `wire`) in order; returns
         once every one is acknowledged. Raises PublishError if not all were acknowledged within
         `timeout`. With `ack_every` > 1 only every so many messages and the last ask for an ack;
         only for chained copies (see the module's text). `may_send` (a leader's lease) is asked

@@ -2,10 +2,12 @@
 direct-get replies, JetStream ack subjects and HPUB commands. Plain functions on bytes.
 
 Headers are a list of (name, value) pairs in wire order: a name may repeat (NATS headers are
-multi-valued, like HTTP's), and a copy must carry every value. Encoding follows nats-py's rules
-(blank names skipped, names checked, values stripped, line breaks in values made spaces), so a
-block encoded here is byte for byte what nats-py sends; tests/unit/nats/test_wire.py checks both
-directions against nats-py and nats-server.
+multi-valued, like HTTP's), and a copy must carry every value. Reading follows nats-py's rules
+(lines without a colon and names with blanks or not ASCII skipped, values trimmed of ASCII
+blanks), except that a value keeps bytes that are not UTF-8 (VALUE_ERRORS). A copy's lines are
+written back as read (encode_read_header_lines); headers made here are encoded as nats-py's
+publish encodes them (encode_header_lines). tests/unit/nats/test_wire.py checks both against
+nats-py, and the integration tests against what nats-server stores.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ CRLF = b"\r\n"
 HEADER_FRAME = len(HEADER_LINE) + 2 * len(CRLF)
 
 # Headers the server adds to a direct-get reply: they describe the stored message, they are not
-# part of it, so they are not copied.
+# part of it, so they are not copied. (A reply's status is on its first line, `NATS/1.0 404 ...`:
+# a stored message's own `Status` or `Description` header is the sender's, and copied.)
 SERVER_HEADERS = frozenset(
     {
         "Nats-Stream",
@@ -33,8 +36,6 @@ SERVER_HEADERS = frozenset(
         "Nats-Num-Pending",
         "Nats-Last-Sequence",
         "Nats-UpTo-Sequence",
-        "Status",
-        "Description",
     }
 )
 _SERVER_HEADER_BYTES = frozenset(h.encode() for h in SERVER_HEADERS)
@@ -50,13 +51,53 @@ _VALUE_LINE_BREAKS = str.maketrans({"\r": " ", "\n": " "})
 _SUBJECT_INVALID = re.compile(r"[ \t\r\n]")
 
 
+# A header value is bytes on the wire, and most are UTF-8. One that is not is read with each bad
+# byte as a lone surrogate (U+DC80-U+DCFF) and written back with the same byte, so a copy keeps
+# the sender's bytes exactly; such a value cannot go into Arrow or JSON as it is (see
+# readable_value, and replicator.spark.rows for the `header_bytes` column that carries it).
+VALUE_ERRORS = "surrogateescape"
+
+
+def value_bytes(value: str) -> bytes:
+    """A header value as it goes on the wire: UTF-8, a byte read from a value that was not
+    UTF-8 given back as it was."""
+    return value.encode("utf-8", VALUE_ERRORS)
+
+
+def is_utf8(value: str) -> bool:
+    """Whether a header value read from the wire was valid UTF-8 (holds no escaped byte)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# Each escaped byte as U+FFFD: one per byte, as Go's encoding/json writes a string that is not
+# UTF-8 (Python's "replace" gives one per bad sequence: two bytes of a cut character, one).
+_ESCAPED_AS_REPLACEMENT = {b: "\ufffd" for b in range(0xDC80, 0xDD00)}
+
+
+def readable_value(value: str) -> str:
+    """A header value as text anything can hold: each byte that was not UTF-8 shown as U+FFFD."""
+    return value if is_utf8(value) else value.translate(_ESCAPED_AS_REPLACEMENT)
+
+
+def value_text(raw: bytes) -> str:
+    """A header value's bytes as read from the wire (see VALUE_ERRORS)."""
+    return raw.decode("utf-8", VALUE_ERRORS)
+
+
 class WireError(ValueError):
     """Bytes or values that cannot be put on (or read from) the wire."""
 
 
 def encode_header_lines(headers: Iterable[tuple[str, str]]) -> bytes:
     """The `Name: value\\r\\n` lines of a header block (without the `NATS/1.0` line and the
-    closing blank line), every pair kept in order."""
+    closing blank line), every pair kept in order, made as nats-py's publish makes them: names
+    checked, values trimmed and on one line."""
     out = bytearray()
     for name, value in headers:
         key = name.strip()
@@ -64,8 +105,19 @@ def encode_header_lines(headers: Iterable[tuple[str, str]]) -> bytes:
             continue
         if not HEADER_NAME.fullmatch(key):
             raise WireError(f"header name {key!r} is not a valid NATS header name")
-        out += b"%s: %s\r\n" % (key.encode(), value.strip().translate(_VALUE_LINE_BREAKS).encode())
+        out += b"%s: %s\r\n" % (key.encode(), value_bytes(value.strip().translate(_VALUE_LINE_BREAKS)))
     return bytes(out)
+
+
+def encode_read_header_lines(headers: Iterable[tuple[str, str]]) -> bytes:
+    """Header lines of pairs read from the wire (parse_header_lines), written back as they were
+    read: a stored message's names and values are its sender's, and a server that stored them
+    takes them again. Not what encode_header_lines checks and trims, which would stop the copy
+    for ever at a name that is not an RFC 7230 token (`X(1)`, from a client that does not check
+    names or a raw publisher), and cut a value's edge characters that Python counts as blanks
+    (U+00A0, \x1f). Only for pairs read from the wire: their names hold no blank, colon or line
+    break, and their values no CR LF."""
+    return b"".join([b"%s: %s\r\n" % (name.encode(), value_bytes(value)) for name, value in headers])
 
 
 def header_block(lines: bytes) -> bytes:
@@ -88,7 +140,7 @@ def parse_header_lines(lines: Iterable[bytes]) -> Headers:
             key = name.decode("ascii")
         except UnicodeDecodeError:
             continue
-        out.append((key, value.strip().decode("utf-8", "replace")))
+        out.append((key, value_text(value.strip())))
     return out
 
 
@@ -165,7 +217,7 @@ def _parse_direct_reply_lines(block: bytes) -> tuple[int, str, int, Headers | No
                 key = name.decode("ascii")
             except UnicodeDecodeError:
                 continue
-            own.append((key, value.strip().decode("utf-8", "replace")))
+            own.append((key, value_text(value.strip())))
     if not seq.isdigit() or not subject or not stamp:
         raise WireError(
             f"direct-get reply without Nats-Sequence/Nats-Subject/Nats-Time-Stamp: {block[:200]!r}"

@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 
+from replicator.nats.wire import readable_value
+
 
 def _lookup(doc: Any, path: list[str]) -> Any:
     for part in path:
@@ -61,7 +63,9 @@ class SenderExtractor:
             return _text(_lookup(doc, self.field.split("."))), force
         if self.header:
             # The first value of a repeated header, as the Go original's Header.Get gives it.
-            return next((v for k, v in headers or () if k == self.header), None) or None, force
+            # A value that is not UTF-8 names its sender with each bad byte as U+FFFD.
+            value = next((v for k, v in headers or () if k == self.header), None)
+            return (readable_value(value) if value else None), force
         if self.token == -1:
             return subject, force
         tokens = subject.split(".")

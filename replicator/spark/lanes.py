@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from replicator.headers import message_id
 from replicator.lane_rounds import held_by_target, rounds
 from replicator.nats.publisher import PublishError
+from replicator.spark.rows import copied_headers
 from replicator.spark.sink import BatchResult, SinkSettings, copy_header_lines
 from replicator.subjects import rewrite_subject
 
@@ -45,7 +46,7 @@ def lane_messages(table: pa.Table, s: SinkSettings) -> Iterator[tuple[str, bytes
     columns = zip(
         table.column("subject").to_pylist(),
         table.column("seq").to_pylist(),
-        table.column("headers").to_pylist(),
+        copied_headers(table),
         table.column("data").to_pylist(),
         ts_ms,
         strict=True,

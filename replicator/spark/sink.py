@@ -45,8 +45,9 @@ from replicator.nats.connect import open_connection
 from replicator.nats.jetstream import TargetLimits, last_message, stream_info, target_limits
 from replicator.nats.publisher import PipelinedPublisher, PublishError, PublishOutcome
 from replicator.nats.tls import TLSFiles
-from replicator.nats.wire import HEADER_FRAME, encode_header_lines, first_value
+from replicator.nats.wire import HEADER_FRAME, encode_read_header_lines, first_value, value_bytes
 from replicator.spark.inflight import InflightRecord
+from replicator.spark.rows import copied_headers
 from replicator.subjects import rewrite_subject, subjects_matcher
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ _COPY_LINES = b"%s" + SOURCE_HEADER.encode() + b": %s\r\n" + MSG_ID_HEADER.encod
 def copy_header_lines(s: SinkSettings, seq: int, own: Any, ts_ms: int, msg_id: str) -> bytes:
     """A copy's header lines: the source message's own (see headers.is_copied), then its
     Choria-SR-Source and Nats-Msg-Id (`msg_id`, `message_id(s.stream_identity, seq)`)."""
-    kept = encode_header_lines((k, v) for k, v in own if is_copied(k)) if own else b""
+    kept = encode_read_header_lines([(k, v) for k, v in own if is_copied(k)]) if own else b""
     source = format_source_header(s.source_stream, seq, s.replicator, s.config_name, ts_ms)
     return _COPY_LINES % (kept, source.encode(), msg_id.encode())
 
@@ -188,7 +189,7 @@ class BatchCopies:
             table.column("subject").to_pylist(),
             table.column("seq").to_pylist(),
             pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist(),
-            table.column("headers").to_pylist(),
+            copied_headers(table),
             table.column("data").to_pylist(),
         )
 
@@ -220,7 +221,7 @@ class BatchCopies:
             if chain is not None and by_sequence:
                 lines += EXPECTED_LAST_SEQUENCE % (chain[1] + i - start)
             elif prev:
-                lines += EXPECTED_LAST_MSG_ID % prev.encode()
+                lines += EXPECTED_LAST_MSG_ID % value_bytes(prev)
             size = len(lines) + HEADER_FRAME + len(data)
             if size > size_limit:
                 self.stop(

@@ -190,3 +190,94 @@ def marks(url: str, stream: str) -> list[Any]:
         assert mark is not None
         out.append(mark)
     return out
+
+
+# Headers no client library here would send, on the wire as bytes: values that are not UTF-8,
+# names that are not RFC 7230 tokens, values with edge characters that Python counts as blanks;
+# and a sender's own Status and Description, the names nats-py gives a reply's status line.
+ODD_HEADERS: list[tuple[str, str | bytes]] = [
+    ("X-Latin1", b"caf\xe9 cr\xe8me"),
+    ("X-Half", b"\xe6\x97"),  # the first two bytes of a three-byte character
+    ("X-Plain", "ascii"),
+    ("X-Latin1", b"\xff\xfe"),  # repeated, in order
+    ("X(1)", b"v"),
+    ("X@y", b"1"),
+    ("X-Edge", b"x\x1f"),
+    ("X-Nbsp", b"\xc2\xa0x\xc2\xa0"),
+    ("Status", b"mine"),
+    ("Description", b"my own"),
+]
+
+
+def test_headers_no_client_here_would_send_are_copied_byte_for_byte(
+    source_server: NatsCluster, nats_server: NatsCluster, tmp_path: Path
+) -> None:
+    """A header's bytes are the sender's: a copy keeps them exactly, whichever way it is
+    made (copied ahead or live by the driver, from a batch's rows read by the driver or by
+    Spark's tasks through the JVM, a sampled entry's read-back), and a sender named by such a
+    header is still sampled and advised, each byte that is not UTF-8 as U+FFFD."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "RAW", ["raw.>"]))
+    run(create_stream(src, "REG", ["reg.>"]))
+    run(create_stream(src, "ADV", ["adv.>"]))
+
+    def raw_items(tag: str) -> list[tuple[str, bytes, list[tuple[str, str | bytes]]]]:
+        return [(f"raw.{tag}.{i}", f"{tag} {i}".encode(), ODD_HEADERS) for i in range(3)]
+
+    def reg_items(tag: str) -> list[tuple[str, bytes, list[tuple[str, str | bytes]]]]:
+        return [
+            (f"reg.{tag}", json.dumps({"i": tag}).encode(), [("X-Node", b"n\xe9ud-1"), *ODD_HEADERS]),
+            (f"reg.{tag}", b"{}", [("X-Node", "plain-2"), *ODD_HEADERS]),
+        ]
+
+    run(publish_raw(src, raw_items("before") + reg_items("before")))
+    stream_raw = {"stream": "RAW", "source_url": src, "target_url": dst, "name": "raw"}
+    stream_reg = sampling_stream(
+        src, dst, stream="REG", name="reg", inspect_field="", inspect_header="X-Node",
+        inspect_force_field="", inspect_duration="1h", warn_duration="30m",
+        advisory={"subject": "adv.%s.%v", "reliable": True},
+    )  # fmt: skip
+    # The same stream again, every copy made from the rows of the query's batches: read by the
+    # driver, and (`order: subject`) read by Spark's tasks and published by its lanes.
+    stream_batches = {
+        **stream_raw, "name": "batches", "target_stream": "RAW_BATCHES", "target_subject_prefix": "batches",
+        "copy_ahead": False, "copy_live": False,
+    }  # fmt: skip
+    stream_lanes = {
+        **stream_raw, "name": "lanes", "target_stream": "RAW_LANES", "target_subject_prefix": "lanes",
+        "order": "subject",
+    }  # fmt: skip
+    entries = [stream_raw, stream_batches, stream_lanes, stream_reg]
+    cfg = write_config(tmp_path / "sr.yaml", "dc1", entries)
+    rep = start_replicator(cfg)
+    try:
+        rep.wait_ready(SLOW_S)
+        run(publish_raw(src, raw_items("after") + reg_items("after")))
+        wait_for(lambda: run(count(dst, "RAW")) >= 6, SLOW_S, "the copies", rep)
+        for target in ("RAW_BATCHES", "RAW_LANES"):
+            wait_for(lambda t=target: run(count(dst, t)) >= 6, SLOW_S, f"the copies in {target}", rep)
+        # Two senders, each copied when first seen; the second round is within the hour.
+        wait_for(lambda: run(count(dst, "REG")) >= 2, SLOW_S, "the sampled copies", rep)
+        wait_for(lambda: run(count(src, "ADV")) >= 2, SLOW_S, "the advisories", rep)
+        time.sleep(2)
+    finally:
+        assert rep.stop() == 0, rep.output()
+
+    source = run(raw_messages(src, "RAW"))
+    assert source[0][1][:2] == [b"X-Latin1: caf\xe9 cr\xe8me", b"X-Half: \xe6\x97"]
+    for target, prefix in (("RAW", ""), ("RAW_BATCHES", "batches."), ("RAW_LANES", "lanes.")):
+        # Each subject once, so subject order keeps no order across them: matched by subject.
+        copies = {s: (lines, data) for s, lines, data in run(raw_messages(dst, target))}
+        assert sorted(copies) == sorted(prefix + s for s, _, _ in source), target
+        if target != "RAW_LANES":
+            assert list(copies) == [prefix + s for s, _, _ in source]  # in the source's order
+        for subject, src_lines, src_data in source:
+            dst_lines, dst_data = copies[prefix + subject]
+            assert without_added(dst_lines) == src_lines, target  # the bytes as stored, in order
+            assert dst_data == src_data
+    reg_source, reg_copies = run(raw_messages(src, "REG")), run(raw_messages(dst, "REG"))
+    assert [mark.sequence for mark in marks(dst, "REG")] == [1, 2]
+    for (_, src_lines, _), (_, dst_lines, _) in zip(reg_source[:2], reg_copies, strict=True):
+        assert without_added(dst_lines) == src_lines
+    advs = [json.loads(m.data) for m in run(read_all(src, "ADV"))]
+    assert sorted((a["event"], a["value"]) for a in advs) == [("new", "n\ufffdud-1"), ("new", "plain-2")]

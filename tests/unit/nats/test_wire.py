@@ -4,6 +4,7 @@ replies, direct-get replies, delivery reply subjects."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -63,6 +64,53 @@ def test_odd_header_lines_are_skipped_as_nats_py_skips_them() -> None:
     assert got == [("Padded", "v"), ("K", "1"), ("K", "2"), ("Nats-Msg-Id", "id:7")]
     h = nats_py_headers(block)
     assert h is not None and dict(got) == {k: v for k, v in h.items() if k not in wire.SERVER_HEADERS}
+
+
+NOT_UTF8_LINES = (
+    b"X-Latin1: caf\xe9\r\nX-Half: \xe6\x97\r\nX-Ok: d\xc3\xa9j\xc3\xa0\r\nNats-Msg-Id: id:\xff\r\n"
+)
+# Lines no client library here would send, that a server stores and a copy must keep: names that
+# are not RFC 7230 tokens, values whose edges Python's str.strip would cut.
+ODD_LINES = b"X(1): v\r\nX@y: 1\r\nX-Edge: x\x1f\r\nX-Nbsp: \xc2\xa0x\xc2\xa0\r\n"
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda: wire.parse_headers(b"NATS/1.0\r\n" + NOT_UTF8_LINES + b"\r\n"),
+        lambda: wire.parse_direct_reply(server_reply(NOT_UTF8_LINES))[3],
+        # A server header among them: the direct reply is read line by line.
+        lambda: wire.parse_direct_reply(server_reply(NOT_UTF8_LINES + b"Nats-Stream: X\r\n"))[3],
+    ],
+    ids=["stored-block", "direct-reply", "direct-reply-line-by-line"],
+)
+def test_header_values_that_are_not_utf8_are_written_back_byte_for_byte(read: Any) -> None:
+    """A value that is not UTF-8 is the sender's bytes: read and written again, the lines are
+    the same bytes."""
+    headers = read()
+    assert headers is not None
+    assert wire.encode_read_header_lines(headers) == NOT_UTF8_LINES
+    readable = [(k, wire.readable_value(v)) for k, v in headers]
+    assert readable == [
+        ("X-Latin1", "caf\ufffd"),
+        ("X-Half", "\ufffd\ufffd"),
+        ("X-Ok", "déjà"),
+        ("Nats-Msg-Id", "id:\ufffd"),
+    ]
+    assert [wire.is_utf8(v) for _, v in headers] == [False, False, True, False]
+    assert wire.first_value(headers, "Nats-Msg-Id") is not None
+    assert wire.value_bytes(wire.first_value(headers, "Nats-Msg-Id") or "") == b"id:\xff"
+
+
+def test_header_lines_a_client_here_would_not_send_are_written_back_as_read() -> None:
+    """What a server stored is written back as read; encode_header_lines, which makes headers as
+    nats-py's publish does, refuses such a name and trims such values."""
+    headers = wire.parse_headers(b"NATS/1.0\r\n" + ODD_LINES + b"\r\n")
+    assert [k for k, _ in headers] == ["X(1)", "X@y", "X-Edge", "X-Nbsp"]
+    assert wire.encode_read_header_lines(headers) == ODD_LINES
+    with pytest.raises(wire.WireError, match="not a valid NATS header name"):
+        wire.encode_header_lines(headers)
+    assert wire.encode_header_lines(headers[2:]) == b"X-Edge: x\r\nX-Nbsp: x\r\n"
 
 
 def test_status_replies_end_a_batch_and_give_their_code() -> None:

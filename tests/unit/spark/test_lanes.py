@@ -6,6 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, format_source_header, message_id
+from replicator.nats import wire
 from replicator.nats.readers import RawMessage
 from replicator.spark.lanes import lane_messages
 from replicator.spark.rows import to_record_batch
@@ -39,3 +40,29 @@ def test_a_lane_copy_carries_the_source_mark_a_deduplicating_id_and_the_rewritte
         f"Trace: abc\r\n{SOURCE_HEADER}: {source}\r\n{MSG_ID_HEADER}: {message_id(SETTINGS.stream_identity, 7)}\r\n"
     )
     assert second.startswith(f"{SOURCE_HEADER}: ") and message_id(SETTINGS.stream_identity, 9) in second
+
+
+def test_a_lane_copy_keeps_header_values_that_are_not_utf8_byte_for_byte() -> None:
+    """Spark's strings are UTF-8: such a value reads as U+FFFD in the row's `headers`, and its
+    copy is made from `header_bytes`, the bytes the source stored."""
+    block = b"NATS/1.0\r\nX-Latin1: caf\xe9\r\nX-Ok: d\xc3\xa9j\xc3\xa0\r\nX-Latin1: \xff\r\n\r\n"
+    msgs = [
+        RawMessage(7, "orders.eu.1", 1_700_000_000_123_000_000, wire.parse_headers(block), b"one"),
+        RawMessage(8, "orders.eu.2", 1_700_000_000_124_000_000, [("X-Ok", "déjà")], b"two"),
+        RawMessage(9, "orders.eu.3", 1_700_000_000_125_000_000, None, b"three"),
+    ]
+    table = pa.Table.from_batches([to_record_batch("ORDERS", msgs)])
+    assert table.column("headers").to_pylist() == [
+        [("X-Latin1", "caf\ufffd"), ("X-Ok", "déjà"), ("X-Latin1", "\ufffd")],
+        [("X-Ok", "déjà")],
+        None,
+    ]
+    assert table.column("header_bytes").to_pylist() == [
+        [("X-Latin1", b"caf\xe9"), ("X-Ok", "déjà".encode()), ("X-Latin1", b"\xff")],
+        None,
+        None,
+    ]
+    first, second, third = (lines for _, _, lines in lane_messages(table, SETTINGS))
+    assert first.startswith(b"X-Latin1: caf\xe9\r\nX-Ok: d\xc3\xa9j\xc3\xa0\r\nX-Latin1: \xff\r\n")
+    assert second.startswith("X-Ok: déjà\r\n".encode())
+    assert third.startswith(f"{SOURCE_HEADER}: ".encode())
