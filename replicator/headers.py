@@ -15,6 +15,11 @@ EXPECTED_LAST_SEQUENCE_HEADER = "Nats-Expected-Last-Sequence"
 # Sequence, -Last-Msg-Id, ...). They were satisfied when it was stored; on a copy they would make
 # the target refuse it, so they are not copied.
 _PUBLISH_CONDITION_PREFIX = "Nats-Expected-"
+# Kept on a message stored by an atomic batch (ADR-50: Nats-Batch-Id, -Sequence, -Commit). On a
+# copy they would make the target take it as part of a batch of its own, refused where the
+# stream does not allow atomic batches ("atomic publish is disabled", code 10174: the entry was
+# held at that copy for ever). The server drops them too when a stream sources another.
+_ATOMIC_BATCH_PREFIX = "Nats-Batch-"
 # Set by the server on a message a stream sourced from another: a publish that carries it is
 # refused (code 10227, "message stream source header is not allowed"), so a source stream that
 # sources others could not be copied. Where a copy came from is in its Choria-SR-Source.
@@ -24,9 +29,13 @@ _REPLACED = frozenset({SOURCE_HEADER, MSG_ID_HEADER, STREAM_SOURCE_HEADER})
 
 def is_copied(name: str) -> bool:
     """Whether a source message's header goes onto its copy (the replicator sets its own
-    Choria-SR-Source and Nats-Msg-Id, and drops the source's publish conditions and the
-    server's record of sourcing)."""
-    return name not in _REPLACED and not name.startswith(_PUBLISH_CONDITION_PREFIX)
+    Choria-SR-Source and Nats-Msg-Id, and drops the source's publish conditions, the atomic
+    batch it was stored in and the server's record of sourcing)."""
+    return (
+        name not in _REPLACED
+        and not name.startswith(_PUBLISH_CONDITION_PREFIX)
+        and not name.startswith(_ATOMIC_BATCH_PREFIX)
+    )
 
 
 @dataclass(frozen=True, slots=True)

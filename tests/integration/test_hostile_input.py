@@ -15,7 +15,7 @@ from typing import Any
 
 import nats
 import pytest
-from helpers import SLOW_S, create_stream, publish_raw, run, start_replicator, wait_for, write_config
+from helpers import SLOW_S, create_stream, publish, publish_raw, run, start_replicator, wait_for, write_config
 
 from harness.localnats import NatsCluster
 from harness.process import entry_state
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 MB = 1024 * 1024
 # Headers the replicator adds to a copy; everything else must be the source's, byte for byte.
-ADDED = {SOURCE_HEADER.lower(), "nats-msg-id", "nats-expected-last-msg-id"}
+ADDED = {SOURCE_HEADER.lower(), "nats-msg-id", "nats-expected-last-msg-id", "nats-expected-last-sequence"}
 
 
 def max_payload_conf(mb: int) -> str:
@@ -54,7 +54,7 @@ def big_target() -> Iterator[NatsCluster]:
 async def raw_messages(url: str, stream: str) -> list[tuple[str, list[bytes], bytes]]:
     """(subject, header lines, data) of every message, from the server's own JSON API (the raw
     header block, base64), so no client library's header parsing stands in between."""
-    nc = await nats.connect(url, max_reconnect_attempts=1)
+    nc = await nats.connect(url.split(","), max_reconnect_attempts=1)
     out = []
     try:
         info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)).data)
@@ -281,3 +281,56 @@ def test_headers_no_client_here_would_send_are_copied_byte_for_byte(
         assert without_added(dst_lines) == src_lines
     advs = [json.loads(m.data) for m in run(read_all(src, "ADV"))]
     assert sorted((a["event"], a["value"]) for a in advs) == [("new", "n\ufffdud-1"), ("new", "plain-2")]
+
+
+async def publish_atomic_batch(url: str, stream: str, subjects: list[str]) -> None:
+    """One atomic batch (nats-server 2.12+, ADR-50): each message with Nats-Batch-Id and
+    Nats-Batch-Sequence, the last with Nats-Batch-Commit; the server stores them with those
+    headers, all or none."""
+    nc = await nats.connect(url.split(","))
+    try:
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        for i, subject in enumerate(subjects, 1):
+            headers = {"Nats-Batch-Id": "batch-1", "Nats-Batch-Sequence": str(i), "X-Own": f"m{i}"}
+            if i == len(subjects):
+                headers["Nats-Batch-Commit"] = "1"
+            await nc.publish(subject, f"atomic {i}".encode(), reply=inbox, headers=headers)
+        # Messages before the commit may be answered empty (flow control), the commit with the ack.
+        reply = b""
+        while not reply:
+            reply = (await sub.next_msg(timeout=10)).data
+        ack = json.loads(reply)
+        assert ack.get("batch") == "batch-1" and ack.get("count") == len(subjects), ack
+    finally:
+        await nc.close()
+
+
+def test_a_source_written_in_atomic_batches_is_copied_without_their_batch_headers(
+    source_like_target: NatsCluster, target_of_each_kind: tuple[NatsCluster, int], tmp_path: Path
+) -> None:
+    """A stored message keeps the Nats-Batch-* headers of the atomic batch it came in. On a copy
+    they would make the target take it as part of a batch of its own (refused, or staged and
+    never committed), so they are not copied, as the server drops them when it sources a
+    stream; every other header is."""
+    target, replicas = target_of_each_kind
+    src, dst = source_like_target.url, target.url
+    run(create_stream(src, "ATOM", ["atom.>"], num_replicas=replicas, allow_atomic=True))
+    run(publish(src, [("atom.before", b"plain", {"X-Own": "m0"})], stream="ATOM"))
+    run(publish_atomic_batch(src, "ATOM", ["atom.a", "atom.b", "atom.c"]))
+    run(publish(src, [("atom.after", b"plain", {"X-Own": "m4"})], stream="ATOM"))
+    source = run(raw_messages(src, "ATOM"))
+    assert [ln for ln in source[1][1] if ln.startswith(b"Nats-Batch-Id")] == [b"Nats-Batch-Id: batch-1"]
+
+    entry = {"stream": "ATOM", "source_url": src, "target_url": dst}  # the target as the source
+    rep = start_replicator(write_config(tmp_path / "sr.yaml", "dc1", [entry]))
+    try:
+        wait_for(lambda: run(count(dst, "ATOM")) >= 5, SLOW_S, "the copies", rep)
+        time.sleep(1)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    copies = run(raw_messages(dst, "ATOM"))
+    assert [s for s, _, _ in copies] == [s for s, _, _ in source]
+    for (_, src_lines, src_data), (_, dst_lines, dst_data) in zip(source, copies, strict=True):
+        assert without_added(dst_lines) == [ln for ln in src_lines if not ln.startswith(b"Nats-Batch-")]
+        assert dst_data == src_data

@@ -28,6 +28,9 @@ def test_the_replicators_own_headers_and_the_sources_publish_conditions_are_not_
         assert not is_copied(name)
     # The server's record of a sourced message: a publish carrying it is refused.
     assert not is_copied("Nats-Stream-Source")
+    # The atomic batch a message was stored in: on a copy, a batch of the target's own.
+    for name in ("Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"):
+        assert not is_copied(name)
 
 
 def test_an_elected_entrys_copies_are_its_instances_whatever_their_names_and_no_other_fleets() -> None:
