@@ -331,6 +331,9 @@ def target_stream_config(
         deny_purge=source.deny_purge,
         compression=source.compression,
         allow_batched=True if batched else None,
+        # Copies carry the source's per-message TTLs (Nats-TTL), which a stream without it
+        # refuses (code 10166): every copy of such a message would be held.
+        allow_msg_ttl=True if source.allow_msg_ttl else None,
     )
 
 

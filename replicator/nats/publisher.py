@@ -30,6 +30,7 @@ import asyncio
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from nats.aio.subscription import Subscription
 
@@ -39,6 +40,23 @@ from replicator.nats.wire import ack_seq, status_code
 
 class PublishError(RuntimeError):
     pass
+
+
+# What to do about a refusal whose cause is the target stream's configuration, by JetStream
+# error code: said in the refusal's one line, so the operator need not look the code up.
+FIXES = {
+    10166: "allow them on the target stream (allow_msg_ttl), as on the source",
+}
+
+
+def refusal_reason(err: Any) -> str:
+    """One line for a JetStream publish error (`{"code", "err_code", "description"}`): its
+    description and code, and the fix where it is the target's configuration."""
+    if not isinstance(err, dict):
+        return str(err)
+    code = err.get("err_code")
+    fix = FIXES.get(code) if isinstance(code, int) else None
+    return f"{err.get('description', err)} (code {code})" + (f": {fix}" if fix else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +146,7 @@ class _Batch:
         elif b'"error"' in data:
             try:
                 err = json.loads(data)["error"]
-                o.failures.append(
-                    Refusal(
-                        index,
-                        f"{err.get('description', err)} (code {err.get('err_code')})",
-                        err.get("err_code"),
-                    )
-                )
+                o.failures.append(Refusal(index, refusal_reason(err), err.get("err_code")))
             except (ValueError, KeyError, AttributeError):
                 o.failures.append(Refusal(index, data[:200].decode(errors="replace")))
         elif self.stream_marker not in data:
@@ -177,11 +189,7 @@ class _Batch:
         elif kind == "err" or "error" in reply:
             err = reply.get("error") or {}
             where = int(reply["seq"]) - 1 if kind == "err" else index
-            o.failures.append(
-                Refusal(
-                    where, f"{err.get('description', err)} (code {err.get('err_code')})", err.get("err_code")
-                )
-            )
+            o.failures.append(Refusal(where, refusal_reason(err), err.get("err_code")))
             if kind is None:
                 # The first message refused: the batch never began. A later one refused this way
                 # (a limit, a full queue, a batch the server no longer knows) may be followed by

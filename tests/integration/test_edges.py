@@ -20,10 +20,12 @@ from helpers import (
     publish_raw,
     run,
     start_replicator,
+    update_stream,
     wait_for,
     wait_handled,
     write_config,
 )
+from nats.js.api import StreamConfig
 
 from harness.streams import count_messages as count
 from harness.streams import read_all
@@ -125,6 +127,51 @@ def test_target_created_from_source_config(source_server, nats_server, tmp_path:
     assert tc.max_age == 3600.0 and tc.max_msgs_per_subject == 5 and tc.duplicate_window == 30.0
     # Open to fast-ingest batches, the copies' way in, on servers that take them (2.14+; here 2.15).
     assert tc.allow_batched is True
+
+
+def test_a_source_with_per_message_ttls_is_copied_with_them(
+    source_server, nats_server, tmp_path: Path
+) -> None:
+    """A target the replicator creates allows per-message TTLs where the source does, so the
+    copies keep their Nats-TTL. A target created without them refuses such a copy: one line that
+    names the setting, the entry held there; once the operator allows them, the copies land."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "TTL", ["ttl.>"], allow_msg_ttl=True))
+    run(create_stream(dst, "PLAIN", ["plain.ttl.>"]))  # the operator's, without TTLs
+    run(
+        publish(
+            src,
+            [("ttl.a", b"1", {"Nats-TTL": "1h"}), ("ttl.b", b"2", None), ("ttl.c", b"3", {"Nats-TTL": "2h"})],
+        )
+    )
+    base = {"stream": "TTL", "source_url": src, "target_url": dst}
+    entries = [
+        {**base, "name": "created"},
+        {**base, "name": "operators", "target_stream": "PLAIN", "target_subject_prefix": "plain"},
+    ]
+    rep = start_replicator(write_config(tmp_path / "sr.yaml", "dc1", entries))
+    try:
+        wait_for(lambda: run(count(dst, "TTL")) >= 3, SLOW_S, "the copies in the created target", rep)
+        fix = "per-message TTL is disabled (code 10166): allow them on the target stream (allow_msg_ttl)"
+        wait_for(lambda: fix in rep.output(), SLOW_S, "the refusal", rep)
+        assert run(count(dst, "PLAIN")) == 0  # held at the first copy with a TTL
+        run(update_stream(dst, StreamConfig(name="PLAIN", subjects=["plain.ttl.>"], allow_msg_ttl=True)))
+        wait_for(lambda: run(count(dst, "PLAIN")) >= 3, SLOW_S, "the copies once TTLs are allowed", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    for target in ("TTL", "PLAIN"):
+        copies = run(read_all(dst, target))
+        assert [m.data for m in copies] == [b"1", b"2", b"3"], target
+        assert [first_value(m.headers, "Nats-TTL") for m in copies] == ["1h", None, "2h"], target
+
+    async def created_config():  # type: ignore[no-untyped-def]
+        nc = await nats.connect(dst)
+        try:
+            return (await stream_info(nc, "TTL")).config  # type: ignore[union-attr]
+        finally:
+            await nc.close()
+
+    assert run(created_config()).allow_msg_ttl is True
 
 
 def test_source_created_late_and_no_target_create(source_server, nats_server, tmp_path: Path) -> None:

@@ -94,3 +94,23 @@ def test_the_last_message_stored_now_is_kept_not_a_duplicate_nor_a_refusal() -> 
 
     b = asyncio.run(go())
     assert b.top[0] == 1 and ack_seq(b.top[1]) == 11
+
+
+def test_a_refusal_caused_by_the_targets_configuration_names_the_fix() -> None:
+    async def go() -> _Batch:
+        b = batch("TARGET", 2)
+        b.on_ack(
+            0, b'{"error":{"code":400,"err_code":10166,"description":"per-message TTL is disabled"}}', None
+        )
+        b.on_ack(1, b'{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 7"}}', None)
+        return b
+
+    b = asyncio.run(go())
+    assert [(r.index, r.reason, r.code) for r in b.outcome.failures] == [
+        (
+            0,
+            "per-message TTL is disabled (code 10166): allow them on the target stream (allow_msg_ttl), as on the source",
+            10166,
+        ),
+        (1, "wrong last sequence: 7 (code 10071)", 10071),
+    ]
