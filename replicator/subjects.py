@@ -6,6 +6,8 @@ import functools
 import re
 from collections.abc import Callable
 
+from replicator.nats.wire import is_utf8, wire_bytes, wire_text
+
 _DOTS = re.compile(r"\.{2,}")
 
 
@@ -19,6 +21,10 @@ def rewrite_subject(subject: str, prefix: str = "", remove: str = "") -> str:
     if remove:
         out = out.replace(remove, "")
         out = _DOTS.sub(".", out).strip(".")
+        if not is_utf8(out):
+            # Bytes that were not UTF-8 (replicator.nats.wire) may be now that something between
+            # them is gone: read again, one target subject is one string.
+            out = wire_text(wire_bytes(out))
     return out
 
 

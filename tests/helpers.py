@@ -94,10 +94,25 @@ def header_lines(headers: list[tuple[str, str | bytes]]) -> bytes:
     )
 
 
-async def publish_raw(url: str, items: list[tuple[str, bytes, list[tuple[str, str | bytes]]]]) -> list[int]:
+def raw_hpub(subject: bytes, reply: str, lines: bytes, data: bytes) -> bytes:
+    """An HPUB command for a subject given as bytes (one that is not UTF-8)."""
+    hlen = len(b"NATS/1.0\r\n") + len(lines) + 2
+    return b"HPUB %s %s %d %d\r\nNATS/1.0\r\n%s\r\n%s\r\n" % (
+        subject,
+        reply.encode(),
+        hlen,
+        hlen + len(data),
+        lines,
+        data,
+    )
+
+
+async def publish_raw(
+    url: str, items: list[tuple[str | bytes, bytes, list[tuple[str, str | bytes]]]]
+) -> list[int]:
     """JetStream-publish (subject, data, header pairs) with the replicator's own client, so a
-    header name may repeat (nats-py's publish takes a dict) and a value may be bytes that are
-    not UTF-8; returns the sequences."""
+    header name may repeat (nats-py's publish takes a dict), and a header value or the subject
+    may be bytes that are not UTF-8; returns the sequences."""
     nc = await open_connection(url, name="test-raw-publish")
     seqs = []
     try:
@@ -110,7 +125,11 @@ async def publish_raw(url: str, items: list[tuple[str, bytes, list[tuple[str, st
                     fut.set_result(d)
 
             sub = await nc.raw_subscribe(reply, on_ack)
-            await nc.publish_encoded(subject, reply, header_lines(headers), data)
+            if isinstance(subject, bytes):
+                await nc._send_command(raw_hpub(subject, reply, header_lines(headers), data))
+                await nc.flush()  # sent now, not with the next ping
+            else:
+                await nc.publish_encoded(subject, reply, header_lines(headers), data)
             ack = json.loads(await asyncio.wait_for(fut, 10))
             await nc.raw_unsubscribe(sub)
             assert "error" not in ack, ack

@@ -64,6 +64,7 @@ class Doorbell:
         self.subjects = list(subjects)
         self.rang = threading.Event()  # set on the connection's loop, waited on by the planner
         self._subs: list[Any] = []
+        self._nc: Any = None  # the connection the subscriptions are on
         self.armed_at = 0.0  # time.monotonic() when last armed
         self.disconnects_at_arm = 0  # the connection's count of lost connections then
         self._heeded = False  # the ring since the last arm was taken (heed)
@@ -82,14 +83,18 @@ class Doorbell:
         self.rang.clear()
         self._heeded = False
 
-        async def ring(_msg: Any) -> None:
+        # A raw subscription (replicator.nats.client): the message's subject is never decoded.
+        # nats-py's own decodes it strictly, and a subject that is not UTF-8 ended its read
+        # loop, the connection deaf until its pings ran out.
+        def ring(_subject: bytes, _reply: bytes, _payload: bytes, _headers: bytes | None) -> None:
             self.rang.set()
 
         before = nc.last_error
         nc.refusals_reported_by_subscriber.update(self.subjects)  # as DoorbellRefused, below
+        self._nc = nc
         try:
             for subject in self.subjects:
-                sub = await nc.subscribe(subject, cb=ring)
+                sub = await nc.raw_subscribe(subject, ring)
                 self._subs.append(sub)
                 await sub.unsubscribe(limit=1)  # the server drops the interest after one message
             # The server holds the interest before the caller looks; it answers a refused
@@ -113,7 +118,7 @@ class Doorbell:
         subs, self._subs = self._subs, []
         for sub in subs:
             with contextlib.suppress(Exception):  # already gone after its message, or closed
-                await sub.unsubscribe()
+                await self._nc.raw_unsubscribe(sub)  # its handler too, else one kept per arm
 
     def wait(self, timeout: float) -> bool:
         """Whether it rang within `timeout` seconds (from another thread than the loop's)."""

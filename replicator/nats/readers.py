@@ -493,7 +493,9 @@ class ConsumerReader:
                 return
             try:
                 seq, ts_ns, left = wire.parse_ack_subject(reply.decode())
-                message = RawMessage(seq, subject.decode(), ts_ns, wire.parse_headers(block) or None, data)
+                message = RawMessage(
+                    seq, wire.wire_text(subject), ts_ns, wire.parse_headers(block) or None, data
+                )
             except Exception as e:  # any delivery it cannot read fails the read: never a gap
                 done.set_exception(e)
                 return

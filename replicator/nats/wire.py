@@ -4,7 +4,7 @@ direct-get replies, JetStream ack subjects and HPUB commands. Plain functions on
 Headers are a list of (name, value) pairs in wire order: a name may repeat (NATS headers are
 multi-valued, like HTTP's), and a copy must carry every value. Reading follows nats-py's rules
 (lines without a colon and names with blanks or not ASCII skipped, values trimmed of ASCII
-blanks), except that a value keeps bytes that are not UTF-8 (VALUE_ERRORS). A copy's lines are
+blanks), except that a value keeps bytes that are not UTF-8 (TEXT_ERRORS). A copy's lines are
 written back as read (encode_read_header_lines); headers made here are encoded as nats-py's
 publish encodes them (encode_header_lines). tests/unit/nats/test_wire.py checks both against
 nats-py, and the integration tests against what nats-server stores.
@@ -51,25 +51,31 @@ _VALUE_LINE_BREAKS = str.maketrans({"\r": " ", "\n": " "})
 _SUBJECT_INVALID = re.compile(r"[ \t\r\n]")
 
 
-# A header value is bytes on the wire, and most are UTF-8. One that is not is read with each bad
-# byte as a lone surrogate (U+DC80-U+DCFF) and written back with the same byte, so a copy keeps
-# the sender's bytes exactly; such a value cannot go into Arrow or JSON as it is (see
-# readable_value, and replicator.spark.rows for the `header_bytes` column that carries it).
-VALUE_ERRORS = "surrogateescape"
+# Subjects and header values are bytes on the wire, and nearly all are UTF-8. One that is not is
+# read with each bad byte as a lone surrogate (U+DC80-U+DCFF) and written back with the same
+# byte, so a copy keeps the sender's bytes exactly (a strict decode failed the read, and the
+# entry retried it for ever). Such text cannot go into Arrow or JSON as it is: see readable, and
+# replicator.spark.rows for the `subject_bytes` and `header_bytes` columns that carry it.
+TEXT_ERRORS = "surrogateescape"
 
 
-def value_bytes(value: str) -> bytes:
-    """A header value as it goes on the wire: UTF-8, a byte read from a value that was not
-    UTF-8 given back as it was."""
-    return value.encode("utf-8", VALUE_ERRORS)
+def wire_text(raw: bytes) -> str:
+    """A subject's or header value's bytes as read from the wire (see TEXT_ERRORS)."""
+    return raw.decode("utf-8", TEXT_ERRORS)
 
 
-def is_utf8(value: str) -> bool:
-    """Whether a header value read from the wire was valid UTF-8 (holds no escaped byte)."""
-    if value.isascii():
+def wire_bytes(text: str) -> bytes:
+    """A subject or header value as it goes on the wire: UTF-8, a byte read from text that was
+    not UTF-8 given back as it was."""
+    return text.encode("utf-8", TEXT_ERRORS)
+
+
+def is_utf8(text: str) -> bool:
+    """Whether text read from the wire was valid UTF-8 (holds no escaped byte)."""
+    if text.isascii():
         return True
     try:
-        value.encode()
+        text.encode()
     except UnicodeEncodeError:
         return False
     return True
@@ -80,14 +86,10 @@ def is_utf8(value: str) -> bool:
 _ESCAPED_AS_REPLACEMENT = {b: "\ufffd" for b in range(0xDC80, 0xDD00)}
 
 
-def readable_value(value: str) -> str:
-    """A header value as text anything can hold: each byte that was not UTF-8 shown as U+FFFD."""
-    return value if is_utf8(value) else value.translate(_ESCAPED_AS_REPLACEMENT)
-
-
-def value_text(raw: bytes) -> str:
-    """A header value's bytes as read from the wire (see VALUE_ERRORS)."""
-    return raw.decode("utf-8", VALUE_ERRORS)
+def readable(text: str) -> str:
+    """Text read from the wire as text anything can hold: each byte that was not UTF-8 shown as
+    U+FFFD."""
+    return text if is_utf8(text) else text.translate(_ESCAPED_AS_REPLACEMENT)
 
 
 class WireError(ValueError):
@@ -105,7 +107,7 @@ def encode_header_lines(headers: Iterable[tuple[str, str]]) -> bytes:
             continue
         if not HEADER_NAME.fullmatch(key):
             raise WireError(f"header name {key!r} is not a valid NATS header name")
-        out += b"%s: %s\r\n" % (key.encode(), value_bytes(value.strip().translate(_VALUE_LINE_BREAKS)))
+        out += b"%s: %s\r\n" % (key.encode(), wire_bytes(value.strip().translate(_VALUE_LINE_BREAKS)))
     return bytes(out)
 
 
@@ -117,7 +119,7 @@ def encode_read_header_lines(headers: Iterable[tuple[str, str]]) -> bytes:
     names or a raw publisher), and cut a value's edge characters that Python counts as blanks
     (U+00A0, \x1f). Only for pairs read from the wire: their names hold no blank, colon or line
     break, and their values no CR LF."""
-    return b"".join([b"%s: %s\r\n" % (name.encode(), value_bytes(value)) for name, value in headers])
+    return b"".join([b"%s: %s\r\n" % (name.encode(), wire_bytes(value)) for name, value in headers])
 
 
 def header_block(lines: bytes) -> bytes:
@@ -140,7 +142,7 @@ def parse_header_lines(lines: Iterable[bytes]) -> Headers:
             key = name.decode("ascii")
         except UnicodeDecodeError:
             continue
-        out.append((key, value_text(value.strip())))
+        out.append((key, wire_text(value.strip())))
     return out
 
 
@@ -190,7 +192,7 @@ def parse_direct_reply(block: bytes) -> tuple[int, str, int, Headers | None]:
     headers = parse_header_lines(own.split(CRLF)) if own else None
     if headers and any(k in SERVER_HEADERS for k, _ in headers):
         return _parse_direct_reply_lines(block)  # the message carries a header the server sets
-    return int(seq), subject.decode(), rfc3339_to_ns(stamp.decode()), headers or None
+    return int(seq), wire_text(subject), rfc3339_to_ns(stamp.decode()), headers or None
 
 
 def _parse_direct_reply_lines(block: bytes) -> tuple[int, str, int, Headers | None]:
@@ -207,7 +209,7 @@ def _parse_direct_reply_lines(block: bytes) -> tuple[int, str, int, Headers | No
         if name == b"Nats-Sequence":
             seq = value.strip()
         elif name == b"Nats-Subject":
-            subject = value.strip().decode()
+            subject = wire_text(value.strip())
         elif name == b"Nats-Time-Stamp":
             stamp = value.strip().decode()
         elif name in _SERVER_HEADER_BYTES or _HEADER_NAME_BLANK.search(name):
@@ -217,7 +219,7 @@ def _parse_direct_reply_lines(block: bytes) -> tuple[int, str, int, Headers | No
                 key = name.decode("ascii")
             except UnicodeDecodeError:
                 continue
-            own.append((key, value_text(value.strip())))
+            own.append((key, wire_text(value.strip())))
     if not seq.isdigit() or not subject or not stamp:
         raise WireError(
             f"direct-get reply without Nats-Sequence/Nats-Subject/Nats-Time-Stamp: {block[:200]!r}"
@@ -254,14 +256,14 @@ def check_subject(subject: str, reply: str = "") -> None:
 
 def pub(subject: str, reply: str, payload: bytes) -> bytes:
     """The PUB command publishing `payload`, without headers."""
-    return b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply.encode(), len(payload), payload)
+    return b"PUB %s %s %d\r\n%s\r\n" % (wire_bytes(subject), reply.encode(), len(payload), payload)
 
 
 def hpub(subject: str, reply: str, header_lines: bytes, payload: bytes) -> bytes:
     """The HPUB command publishing `payload` with the header block around `header_lines`."""
     hlen = len(header_lines) + HEADER_FRAME
     return b"HPUB %s %s %d %d\r\n%s\r\n%s\r\n%s\r\n" % (
-        subject.encode(),
+        wire_bytes(subject),
         reply.encode(),
         hlen,
         hlen + len(payload),

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from replicator.nats.wire import readable_value
+from replicator.nats.wire import readable
 
 
 def _lookup(doc: Any, path: list[str]) -> Any:
@@ -65,11 +65,11 @@ class SenderExtractor:
             # The first value of a repeated header, as the Go original's Header.Get gives it.
             # A value that is not UTF-8 names its sender with each bad byte as U+FFFD.
             value = next((v for k, v in headers or () if k == self.header), None)
-            return (readable_value(value) if value else None), force
+            return (readable(value) if value else None), force
         if self.token == -1:
-            return subject, force
+            return readable(subject), force
         tokens = subject.split(".")
-        return (tokens[self.token - 1] if 0 < self.token <= len(tokens) else None), force
+        return (readable(tokens[self.token - 1]) if 0 < self.token <= len(tokens) else None), force
 
 
 def bucket_of(key: str, buckets: int) -> int:

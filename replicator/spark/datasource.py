@@ -75,7 +75,7 @@ INFO_AT_LEAST_S = 5.0
 
 SCHEMA_DDL = (
     "stream STRING, seq BIGINT, subject STRING, timestamp TIMESTAMP, headers MAP<STRING, STRING>, data BINARY, "
-    "header_bytes MAP<STRING, BINARY>"
+    "header_bytes MAP<STRING, BINARY>, subject_bytes BINARY"
 )
 SAMPLING_SCHEMA_DDL = (
     "stream STRING, seq BIGINT, subject STRING, ts_ms BIGINT, headers STRING, data BINARY, "

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from replicator.headers import message_id
 from replicator.lane_rounds import held_by_target, rounds
 from replicator.nats.publisher import PublishError
-from replicator.spark.rows import copied_headers
+from replicator.spark.rows import copied_headers, copied_subjects
 from replicator.spark.sink import BatchResult, SinkSettings, copy_header_lines
 from replicator.subjects import rewrite_subject
 
@@ -44,7 +44,7 @@ def lane_messages(table: pa.Table, s: SinkSettings) -> Iterator[tuple[str, bytes
     """(subject, payload, header lines) of each copy, in the table's order."""
     ts_ms = pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist()
     columns = zip(
-        table.column("subject").to_pylist(),
+        copied_subjects(table),
         table.column("seq").to_pylist(),
         copied_headers(table),
         table.column("data").to_pylist(),
@@ -82,11 +82,15 @@ async def last_copied_on_subjects(nc: Any, s: SinkSettings, subjects: list[str])
 
     from replicator.headers import MSG_ID_HEADER, SOURCE_HEADER, parse_source_header
     from replicator.nats.readers import leader_last_on_subject
-    from replicator.nats.wire import first_value
+    from replicator.nats.wire import first_value, is_utf8
 
     owner, limit = s.owner, asyncio.Semaphore(64)
 
     async def one(subject: str) -> tuple[str, int]:
+        if not is_utf8(subject):
+            # Asked in JSON, the server would look up its U+FFFD form, another subject: none of
+            # its copies is counted as stored, so the duplicate window drops those that are.
+            return subject, 0
         async with limit:
             m = await leader_last_on_subject(nc, s.target_stream, subject)
         if m is None:
@@ -110,7 +114,7 @@ def _publish_in_rounds(table: pa.Table, s: SinkSettings, may_replay: bool) -> di
     """Publish one lane (its rows in source order) in rounds; the lane's counts."""
     loop, publisher = _publisher(s)
     seqs = table.column("seq").to_pylist()
-    subjects = table.column("subject").to_pylist()
+    subjects = copied_subjects(table)
     sizes = pc.binary_length(table.column("data")).to_pylist()
     targets = [rewrite_subject(x, s.subject_prefix, s.subject_remove) for x in subjects]
     rows = list(range(len(seqs)))

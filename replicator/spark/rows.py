@@ -3,10 +3,10 @@ that only the processes that read messages import pyarrow).
 
 Headers keep every value of a repeated name, in order: a map column of (name, value) entries
 (Arrow and Spark keep a map's entries as given). Arrow's and Spark's strings are UTF-8, so a
-message with a header value that is not has `headers` with each bad byte as U+FFFD, for reading,
-and `header_bytes` with every value's bytes as stored, which its copy is made from; for any
-other message `header_bytes` is null. A sampled row carries neither headers nor payload (see
-to_sampling_batch).
+message whose subject or a header value is not has it in `subject` or `headers` with each bad
+byte as U+FFFD, for reading, and its bytes as stored in `subject_bytes` or `header_bytes` (every
+value), which its copy is made from; for any other message those two are null. A sampled row
+carries neither headers nor payload, and its subject only as text (see to_sampling_batch).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from replicator.nats.readers import RawMessage
-from replicator.nats.wire import Headers, is_utf8, readable_value, value_bytes, value_text
+from replicator.nats.wire import Headers, is_utf8, readable, wire_bytes, wire_text
 from replicator.sampling.extract import SenderExtractor, bucket_of
 
 SAMPLING_ARROW_SCHEMA = pa.schema(
@@ -42,6 +42,7 @@ ARROW_SCHEMA = pa.schema(
         ("headers", pa.map_(pa.string(), pa.string())),
         ("data", pa.binary()),
         ("header_bytes", pa.map_(pa.string(), pa.binary())),
+        ("subject_bytes", pa.binary()),
     ]
 )
 
@@ -64,7 +65,7 @@ def to_sampling_batch(
         [
             pa.array([stream] * len(msgs), pa.string()),
             pa.array([m.seq for m in msgs], pa.int64()),
-            pa.array([m.subject for m in msgs], pa.string()),
+            pa.array([readable(m.subject) for m in msgs], pa.string()),
             pa.array([m.ts_ns // 1_000_000 for m in msgs], pa.int64()),
             pa.nulls(len(msgs), pa.string()),
             pa.nulls(len(msgs), pa.binary()),
@@ -97,29 +98,49 @@ def clock_batch(stream: str, clock_ms: int, buckets: int) -> pa.RecordBatch:
 
 
 def to_record_batch(stream: str, msgs: Sequence[RawMessage]) -> pa.RecordBatch:
+    subjects = [m.subject for m in msgs]
+    subject_bytes: list[bytes | None] = [None] * len(msgs)
+    for i, subject in enumerate(subjects):
+        if not is_utf8(subject):
+            subjects[i] = readable(subject)
+            subject_bytes[i] = wire_bytes(subject)
     headers: list[Headers | None] = [m.headers or None for m in msgs]
     header_bytes: list[list[tuple[str, bytes]] | None] = [None] * len(msgs)
     for i, h in enumerate(headers):
         if h and not all(is_utf8(v) for _, v in h):
-            headers[i] = [(k, readable_value(v)) for k, v in h]
-            header_bytes[i] = [(k, value_bytes(v)) for k, v in h]
+            headers[i] = [(k, readable(v)) for k, v in h]
+            header_bytes[i] = [(k, wire_bytes(v)) for k, v in h]
     return pa.RecordBatch.from_arrays(
         [
             pa.array([stream] * len(msgs), pa.string()),
             pa.array([m.seq for m in msgs], pa.int64()),
-            pa.array([m.subject for m in msgs], pa.string()),
+            pa.array(subjects, pa.string()),
             pa.array([m.ts_ns // 1000 for m in msgs], pa.timestamp("us", tz="UTC")),
             pa.array(headers, pa.map_(pa.string(), pa.string())),
             pa.array([m.data for m in msgs], pa.binary()),
             pa.array(header_bytes, pa.map_(pa.string(), pa.binary())),
+            pa.array(subject_bytes, pa.binary()),
         ],
         schema=ARROW_SCHEMA,
     )
 
 
+def copied_subjects(table: pa.Table) -> list[str]:
+    """Each row's subject as its source message has it, for its copy: `subject`, or where it was
+    not UTF-8 its bytes from `subject_bytes` (read back as wire.wire_text reads them)."""
+    subjects: list[str] = table.column("subject").to_pylist()
+    exact = table.column("subject_bytes")
+    if exact.null_count == len(exact):
+        return subjects
+    for i, raw in enumerate(exact.to_pylist()):
+        if raw is not None:
+            subjects[i] = wire_text(raw)
+    return subjects
+
+
 def copied_headers(table: pa.Table) -> list[Headers | None]:
     """Each row's headers as its source message holds them, for its copy: `headers`, or where
-    a value was not UTF-8 the values' bytes from `header_bytes` (read back as wire.value_text
+    a value was not UTF-8 the values' bytes from `header_bytes` (read back as wire.wire_text
     reads them)."""
     headers: list[Headers | None] = table.column("headers").to_pylist()
     exact = table.column("header_bytes")
@@ -127,5 +148,5 @@ def copied_headers(table: pa.Table) -> list[Headers | None]:
         return headers
     for i, pairs in enumerate(exact.to_pylist()):
         if pairs is not None:
-            headers[i] = [(k, value_text(v)) for k, v in pairs]
+            headers[i] = [(k, wire_text(v)) for k, v in pairs]
     return headers

@@ -31,7 +31,7 @@ from replicator.sampling import state
 from replicator.sampling.rules import Message, SamplingParams
 from replicator.source_reader import SourceReader, SourceStreamGone
 from replicator.spark.clock_due import ClockDue, write_clock_due
-from replicator.spark.rows import to_record_batch
+from replicator.spark.rows import copied_subjects, to_record_batch
 from replicator.spark.sink import BatchResult, OrderedSink, PublishError
 from replicator.spark.unacked import Unacked, UnackedRecord, first_failure
 
@@ -457,7 +457,7 @@ class SamplingSink:
         return [
             pair
             for part in self._copies(decided)
-            for pair in zip(part.column("seq").to_pylist(), part.column("subject").to_pylist(), strict=True)
+            for pair in zip(part.column("seq").to_pylist(), copied_subjects(part), strict=True)
         ]
 
     def _keeps_n_a_subject(self) -> bool:
@@ -565,7 +565,7 @@ class SamplingSink:
         old value after a newer one."""
         if not held or not rest.num_rows:
             return rest
-        rows = zip(rest.column("seq").to_pylist(), rest.column("subject").to_pylist(), strict=True)
+        rows = zip(rest.column("seq").to_pylist(), copied_subjects(rest), strict=True)
         gone = pushed_out_copies(self.loop, self.ordered, rows, held, counted=on_subjects)
         if not gone:
             return rest

@@ -45,9 +45,9 @@ from replicator.nats.connect import open_connection
 from replicator.nats.jetstream import TargetLimits, last_message, stream_info, target_limits
 from replicator.nats.publisher import PipelinedPublisher, PublishError, PublishOutcome
 from replicator.nats.tls import TLSFiles
-from replicator.nats.wire import HEADER_FRAME, encode_read_header_lines, first_value, value_bytes
+from replicator.nats.wire import HEADER_FRAME, encode_read_header_lines, first_value, readable, wire_bytes
 from replicator.spark.inflight import InflightRecord
-from replicator.spark.rows import copied_headers
+from replicator.spark.rows import copied_headers, copied_subjects
 from replicator.subjects import rewrite_subject, subjects_matcher
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class BatchCopies:
             s,
             limits,
             covered,
-            table.column("subject").to_pylist(),
+            copied_subjects(table),
             table.column("seq").to_pylist(),
             pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist(),
             copied_headers(table),
@@ -221,7 +221,7 @@ class BatchCopies:
             if chain is not None and by_sequence:
                 lines += EXPECTED_LAST_SEQUENCE % (chain[1] + i - start)
             elif prev:
-                lines += EXPECTED_LAST_MSG_ID % value_bytes(prev)
+                lines += EXPECTED_LAST_MSG_ID % wire_bytes(prev)
             size = len(lines) + HEADER_FRAME + len(data)
             if size > size_limit:
                 self.stop(
@@ -231,7 +231,7 @@ class BatchCopies:
                 return
             if self.covered is not None and not self.covered(subject):
                 self.stop(
-                    f"source sequence {seq} would be copied to subject {subject}, which target stream "
+                    f"source sequence {seq} would be copied to subject {readable(subject)}, which target stream "
                     f"{s.target_stream} does not hold (its subjects: {', '.join(limits.subjects)}): add it "
                     "to the stream's subjects or set target_subject_prefix/target_subject_remove"
                 )

@@ -5,8 +5,10 @@ as the server stores both (raw header lines, subject, data), not through our own
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -15,7 +17,18 @@ from typing import Any
 
 import nats
 import pytest
-from helpers import SLOW_S, create_stream, publish, publish_raw, run, start_replicator, wait_for, write_config
+from helpers import (
+    SLOW_S,
+    create_stream,
+    publish,
+    publish_raw,
+    run,
+    start_replicator,
+    update_stream,
+    wait_for,
+    write_config,
+)
+from nats.js.api import StreamConfig
 
 from harness.localnats import NatsCluster
 from harness.process import entry_state
@@ -23,6 +36,7 @@ from harness.servers import nats_cluster
 from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.headers import SOURCE_HEADER, parse_source_header
+from replicator.nats.connect import open_connection
 from replicator.nats.wire import first_value
 from replicator.sampling.rules import SamplingParams
 
@@ -65,6 +79,37 @@ async def raw_messages(url: str, stream: str) -> list[tuple[str, list[bytes], by
             block = base64.b64decode(m.get("hdrs", "")) if m.get("hdrs") else b""
             lines = [ln for ln in block.split(b"\r\n")[1:] if ln]
             out.append((m["subject"], lines, base64.b64decode(m.get("data", ""))))
+    finally:
+        await nc.close()
+    return out
+
+
+async def stored_subjects(url: str, stream: str) -> list[bytes]:
+    """Every message's subject as the server stores it, from direct gets' raw replies: the
+    server's JSON API writes a subject that is not UTF-8 with U+FFFD, and nats-py cannot read
+    one."""
+    nc = await open_connection(url, name="test-stored-subjects")
+    out = []
+    try:
+        info = await nc.jetstream().stream_info(stream)
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            reply = nc.new_inbox()
+            fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+            def on_reply(_s: bytes, _r: bytes, _d: bytes, block: bytes | None, fut: Any = fut) -> None:
+                if not fut.done():
+                    fut.set_result(block or b"")
+
+            sub = await nc.raw_subscribe(reply, on_reply)
+            await nc.publish_encoded(
+                f"$JS.API.DIRECT.GET.{stream}", reply, b"", json.dumps({"seq": seq}).encode()
+            )
+            block = await asyncio.wait_for(fut, 10)
+            await nc.raw_unsubscribe(sub)
+            assert block.startswith(b"NATS/1.0\r\n"), block  # a message, not a status (404, 503)
+            found = re.search(rb"\r\nNats-Subject: ([^\r]*)\r\n", block)
+            assert found is not None, block
+            out.append(found.group(1))
     finally:
         await nc.close()
     return out
@@ -212,26 +257,37 @@ ODD_HEADERS: list[tuple[str, str | bytes]] = [
 def test_headers_no_client_here_would_send_are_copied_byte_for_byte(
     source_server: NatsCluster, nats_server: NatsCluster, tmp_path: Path
 ) -> None:
-    """A header's bytes are the sender's: a copy keeps them exactly, whichever way it is
-    made (copied ahead or live by the driver, from a batch's rows read by the driver or by
-    Spark's tasks through the JVM, a sampled entry's read-back), and a sender named by such a
-    header is still sampled and advised, each byte that is not UTF-8 as U+FFFD."""
+    """A header's bytes and a subject's are the sender's: a copy keeps them exactly, whichever
+    way it is made (copied ahead or live by the driver, from a batch's rows read by the driver or
+    by Spark's tasks through the JVM, read by a pull consumer where a stream has no direct gets,
+    a sampled entry's read-back), and a sender named by such a header is still sampled and
+    advised, each byte that is not UTF-8 as U+FFFD."""
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "RAW", ["raw.>"]))
+    run(create_stream(src, "PULL", ["pull.>"], allow_direct=False))
     run(create_stream(src, "REG", ["reg.>"]))
     run(create_stream(src, "ADV", ["adv.>"]))
 
-    def raw_items(tag: str) -> list[tuple[str, bytes, list[tuple[str, str | bytes]]]]:
-        return [(f"raw.{tag}.{i}", f"{tag} {i}".encode(), ODD_HEADERS) for i in range(3)]
+    def raw_items(tag: str) -> list[tuple[str | bytes, bytes, list[tuple[str, str | bytes]]]]:
+        # The last with a subject that is not UTF-8 either.
+        subjects: list[str | bytes] = [f"raw.{tag}.{i}" for i in range(3)] + [
+            b"raw.%s.caf\xe9" % tag.encode()
+        ]
+        return [(subject, f"{tag} {i}".encode(), ODD_HEADERS) for i, subject in enumerate(subjects)]
 
-    def reg_items(tag: str) -> list[tuple[str, bytes, list[tuple[str, str | bytes]]]]:
+    def reg_items(tag: str) -> list[tuple[str | bytes, bytes, list[tuple[str, str | bytes]]]]:
         return [
             (f"reg.{tag}", json.dumps({"i": tag}).encode(), [("X-Node", b"n\xe9ud-1"), *ODD_HEADERS]),
             (f"reg.{tag}", b"{}", [("X-Node", "plain-2"), *ODD_HEADERS]),
+            (b"reg.%s.caf\xe9" % tag.encode(), b"{}", [("X-Node", "odd-3"), *ODD_HEADERS]),
         ]
 
-    run(publish_raw(src, raw_items("before") + reg_items("before")))
+    def pull_items(tag: str) -> list[tuple[str | bytes, bytes, list[tuple[str, str | bytes]]]]:
+        return [(f"pull.{tag}", b"p", ODD_HEADERS), (b"pull.%s.caf\xe9" % tag.encode(), b"q", ODD_HEADERS)]
+
+    run(publish_raw(src, raw_items("before") + reg_items("before") + pull_items("before")))
     stream_raw = {"stream": "RAW", "source_url": src, "target_url": dst, "name": "raw"}
+    stream_pull = {"stream": "PULL", "source_url": src, "target_url": dst, "name": "pull"}
     stream_reg = sampling_stream(
         src, dst, stream="REG", name="reg", inspect_field="", inspect_header="X-Node",
         inspect_force_field="", inspect_duration="1h", warn_duration="30m",
@@ -247,25 +303,31 @@ def test_headers_no_client_here_would_send_are_copied_byte_for_byte(
         **stream_raw, "name": "lanes", "target_stream": "RAW_LANES", "target_subject_prefix": "lanes",
         "order": "subject",
     }  # fmt: skip
-    entries = [stream_raw, stream_batches, stream_lanes, stream_reg]
+    entries = [stream_raw, stream_batches, stream_lanes, stream_reg, stream_pull]
     cfg = write_config(tmp_path / "sr.yaml", "dc1", entries)
     rep = start_replicator(cfg)
     try:
         rep.wait_ready(SLOW_S)
-        run(publish_raw(src, raw_items("after") + reg_items("after")))
-        wait_for(lambda: run(count(dst, "RAW")) >= 6, SLOW_S, "the copies", rep)
-        for target in ("RAW_BATCHES", "RAW_LANES"):
-            wait_for(lambda t=target: run(count(dst, t)) >= 6, SLOW_S, f"the copies in {target}", rep)
-        # Two senders, each copied when first seen; the second round is within the hour.
-        wait_for(lambda: run(count(dst, "REG")) >= 2, SLOW_S, "the sampled copies", rep)
-        wait_for(lambda: run(count(src, "ADV")) >= 2, SLOW_S, "the advisories", rep)
+        run(publish_raw(src, raw_items("after") + reg_items("after") + pull_items("after")))
+        for target, n in (("RAW", 8), ("RAW_BATCHES", 8), ("RAW_LANES", 8), ("PULL", 4)):
+            wait_for(lambda t=target, n=n: run(count(dst, t)) >= n, SLOW_S, f"the copies in {target}", rep)
+        # Three senders, each copied when first seen; the second round is within the hour.
+        wait_for(lambda: run(count(dst, "REG")) >= 3, SLOW_S, "the sampled copies", rep)
+        wait_for(lambda: run(count(src, "ADV")) >= 3, SLOW_S, "the advisories", rep)
         time.sleep(2)
     finally:
         assert rep.stop() == 0, rep.output()
 
     source = run(raw_messages(src, "RAW"))
     assert source[0][1][:2] == [b"X-Latin1: caf\xe9 cr\xe8me", b"X-Half: \xe6\x97"]
+    source_subjects = run(stored_subjects(src, "RAW"))
+    assert source_subjects[3] == b"raw.before.caf\xe9"
     for target, prefix in (("RAW", ""), ("RAW_BATCHES", "batches."), ("RAW_LANES", "lanes.")):
+        subjects = run(stored_subjects(dst, target))
+        want = [prefix.encode() + s for s in source_subjects]
+        assert (subjects if target != "RAW_LANES" else sorted(subjects)) == (
+            want if target != "RAW_LANES" else sorted(want)
+        ), target
         # Each subject once, so subject order keeps no order across them: matched by subject.
         copies = {s: (lines, data) for s, lines, data in run(raw_messages(dst, target))}
         assert sorted(copies) == sorted(prefix + s for s, _, _ in source), target
@@ -275,12 +337,21 @@ def test_headers_no_client_here_would_send_are_copied_byte_for_byte(
             dst_lines, dst_data = copies[prefix + subject]
             assert without_added(dst_lines) == src_lines, target  # the bytes as stored, in order
             assert dst_data == src_data
-    reg_source, reg_copies = run(raw_messages(src, "REG")), run(raw_messages(dst, "REG"))
-    assert [mark.sequence for mark in marks(dst, "REG")] == [1, 2]
-    for (_, src_lines, _), (_, dst_lines, _) in zip(reg_source[:2], reg_copies, strict=True):
-        assert without_added(dst_lines) == src_lines
+    # Where nothing is sampled out, the copies are the source's messages, in order (the stored
+    # subjects read by direct gets, allowed on PULL now that it is copied).
+    run(update_stream(src, StreamConfig(name="PULL", subjects=["pull.>"], allow_direct=True)))
+    for stream, first in (("PULL", slice(None)), ("REG", slice(3))):
+        assert run(stored_subjects(dst, stream)) == run(stored_subjects(src, stream))[first], stream
+        copies, originals = run(raw_messages(dst, stream)), run(raw_messages(src, stream))[first]
+        assert [without_added(lines) for _, lines, _ in copies] == [lines for _, lines, _ in originals]
+        assert [d for _, _, d in copies] == [d for _, _, d in originals]
+    assert run(stored_subjects(src, "PULL"))[1] == b"pull.before.caf\xe9"
     advs = [json.loads(m.data) for m in run(read_all(src, "ADV"))]
-    assert sorted((a["event"], a["value"]) for a in advs) == [("new", "n\ufffdud-1"), ("new", "plain-2")]
+    assert sorted((a["event"], a["value"]) for a in advs) == [
+        ("new", "n\ufffdud-1"),
+        ("new", "odd-3"),
+        ("new", "plain-2"),
+    ]
 
 
 async def publish_atomic_batch(url: str, stream: str, subjects: list[str]) -> None:

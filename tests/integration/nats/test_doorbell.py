@@ -49,6 +49,33 @@ def test_it_rings_once_on_the_first_message_and_carries_no_more(nats_server: Nat
     run(go())
 
 
+def test_a_subject_that_is_not_utf8_rings_it_and_the_connection_goes_on_hearing(
+    nats_server: NatsCluster,
+) -> None:
+    """nats-py decodes a subscription's subjects strictly: such a subject ended its read loop,
+    and the connection heard nothing (no replies, no ring) until its pings ran out. Disarmed,
+    the bell leaves no handler behind (one a quiet spell would add up over days)."""
+
+    async def go() -> None:
+        nc = await open_connection(nats_server.url)
+        publisher = await open_connection(nats_server.url)
+        bell = Doorbell(["reg.>"])
+        handlers_before = len(nc._raw_handlers)
+        try:
+            assert await bell.arm(nc)
+            await publisher._send_command(b"PUB reg.caf\xe9 1\r\nx\r\n")
+            await publisher.flush()
+            assert await asyncio.to_thread(bell.wait, 30), (nc.stats, nc.last_error)
+            await nc.flush(timeout=5)  # its reader still reads: the PONG comes
+            await bell.disarm()
+            assert len(nc._raw_handlers) == handlers_before
+        finally:
+            await publisher.close()
+            await nc.close()
+
+    run(go())
+
+
 def test_a_ring_that_came_while_the_live_copies_asked_the_stream_ends_their_next_pause(
     nats_server: NatsCluster,
 ) -> None:

@@ -90,7 +90,7 @@ def test_header_values_that_are_not_utf8_are_written_back_byte_for_byte(read: An
     headers = read()
     assert headers is not None
     assert wire.encode_read_header_lines(headers) == NOT_UTF8_LINES
-    readable = [(k, wire.readable_value(v)) for k, v in headers]
+    readable = [(k, wire.readable(v)) for k, v in headers]
     assert readable == [
         ("X-Latin1", "caf\ufffd"),
         ("X-Half", "\ufffd\ufffd"),
@@ -99,7 +99,7 @@ def test_header_values_that_are_not_utf8_are_written_back_byte_for_byte(read: An
     ]
     assert [wire.is_utf8(v) for _, v in headers] == [False, False, True, False]
     assert wire.first_value(headers, "Nats-Msg-Id") is not None
-    assert wire.value_bytes(wire.first_value(headers, "Nats-Msg-Id") or "") == b"id:\xff"
+    assert wire.wire_bytes(wire.first_value(headers, "Nats-Msg-Id") or "") == b"id:\xff"
 
 
 def test_header_lines_a_client_here_would_not_send_are_written_back_as_read() -> None:
@@ -111,6 +111,17 @@ def test_header_lines_a_client_here_would_not_send_are_written_back_as_read() ->
     with pytest.raises(wire.WireError, match="not a valid NATS header name"):
         wire.encode_header_lines(headers)
     assert wire.encode_header_lines(headers[2:]) == b"X-Edge: x\r\nX-Nbsp: x\r\n"
+
+
+def test_a_subject_that_is_not_utf8_is_read_and_published_byte_for_byte() -> None:
+    """A strict decode failed the read, and the entry retried it for ever."""
+    bad = b"Nats-Subject: a.caf\xe9"
+    for own in (b"X-A: 1\r\n", b"X-A: 1\r\nNats-Stream: X\r\n"):  # whole-block match, line by line
+        block = server_reply(own).replace(b"Nats-Subject: a.b.c", bad)
+        assert bad in block
+        _, subject, _, _ = wire.parse_direct_reply(block)
+        assert wire.wire_bytes(subject) == b"a.caf\xe9" and wire.readable(subject) == "a.caf\ufffd"
+        assert wire.pub(subject, "r", b"x") == b"PUB a.caf\xe9 r 1\r\nx\r\n"
 
 
 def test_status_replies_end_a_batch_and_give_their_code() -> None:

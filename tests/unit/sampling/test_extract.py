@@ -18,3 +18,9 @@ def test_a_sender_header_that_is_not_utf8_names_it_with_each_bad_byte_as_u_fffd(
     assert by_header.extract("reg.x", [("X-Node", "déjà")], b"{}") == ("déjà", False)
     assert by_header.extract("reg.x", [("X-Node", "")], b"{}") == (None, False)
     assert by_header.extract("reg.x", None, b"{}") == (None, False)
+
+
+def test_a_subject_token_that_is_not_utf8_names_its_sender_with_u_fffd() -> None:
+    subject = wire.wire_text(b"reg.n\xe9ud.x")
+    assert SenderExtractor(token=2).extract(subject, None, b"") == ("n\ufffdud", False)
+    assert SenderExtractor(token=-1).extract(subject, None, b"") == ("reg.n\ufffdud.x", False)

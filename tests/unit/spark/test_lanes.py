@@ -66,3 +66,19 @@ def test_a_lane_copy_keeps_header_values_that_are_not_utf8_byte_for_byte() -> No
     assert first.startswith(b"X-Latin1: caf\xe9\r\nX-Ok: d\xc3\xa9j\xc3\xa0\r\nX-Latin1: \xff\r\n")
     assert second.startswith("X-Ok: déjà\r\n".encode())
     assert third.startswith(f"{SOURCE_HEADER}: ".encode())
+
+
+def test_a_lane_copy_keeps_a_subject_that_is_not_utf8_byte_for_byte() -> None:
+    """Such a subject reads as U+FFFD in the row's `subject`; its copy goes to the subject the
+    source stored, from `subject_bytes` (rewritten as any other)."""
+    subject = wire.wire_text(b"orders.caf\xe9.1")
+    msgs = [
+        RawMessage(7, subject, 1_700_000_000_123_000_000, None, b"one"),
+        RawMessage(8, "orders.eu.2", 1_700_000_000_124_000_000, None, b"two"),
+    ]
+    table = pa.Table.from_batches([to_record_batch("ORDERS", msgs)])
+    assert table.column("subject").to_pylist() == ["orders.caf\ufffd.1", "orders.eu.2"]
+    assert table.column("subject_bytes").to_pylist() == [b"orders.caf\xe9.1", None]
+    out = list(lane_messages(table, SETTINGS))
+    assert [wire.wire_bytes(subject) for subject, _, _ in out] == [b"central.caf\xe9.1", b"central.eu.2"]
+    assert wire.hpub(out[0][0], "_INBOX.x", b"", b"one").startswith(b"HPUB central.caf\xe9.1 _INBOX.x ")
