@@ -141,9 +141,12 @@ async def sequence_at_time(nc: Client, stream: str, when: datetime, direct: bool
     subject = f"$JS.API.DIRECT.GET.{stream}" if direct else f"$JS.API.STREAM.MSG.GET.{stream}"
     resp = await nc.request(subject, json.dumps({"start_time": stamp}).encode(), timeout=10)
     if direct:
-        if resp.headers and resp.headers.get("Status"):
-            return None
-        return int(resp.headers["Nats-Sequence"]) if resp.headers else None
+        # A found message's reply carries the server's Nats-Sequence; a 404 does not. Not
+        # nats-py's "Status" key: a stored message's own Status header lands there too (a copy
+        # carries its source's), read as "none found": a look for copies in the target then
+        # knew nothing, and they went again.
+        seq = resp.headers.get("Nats-Sequence") if resp.headers else None
+        return int(seq) if seq else None
     body = json.loads(resp.data)
     if "error" in body:
         return None

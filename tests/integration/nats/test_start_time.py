@@ -79,3 +79,21 @@ def test_a_copy_from_a_start_time_starts_at_the_first_message_stored_since(
     # The last message deleted: the leader cannot show it, and its messages are searched.
     run(delete_messages(url, "S", [9]))
     assert run(_start(url, "S", cut)) == 7
+
+
+def test_a_message_with_its_own_status_header_is_found_by_its_time(nats_server: NatsCluster) -> None:
+    """A stored message's own `Status` header (a copy carries its source's) is not the reply's
+    status: the server's answer names the message found."""
+    url = nats_server.url
+    run(create_stream(url, "ST", ["st.>"]))
+    before = datetime.now(UTC) - timedelta(seconds=5)
+    seqs = run(publish_raw(url, [("st.a", b"x", [("Status", "404"), ("Description", "mine")])]))
+
+    async def ask() -> int | None:
+        nc = await open_connection(url)
+        try:
+            return await jetstream.sequence_at_time(nc, "ST", before, direct=True)
+        finally:
+            await nc.close()
+
+    assert run(ask()) == seqs[0]
