@@ -94,19 +94,6 @@ def header_lines(headers: list[tuple[str, str | bytes]]) -> bytes:
     )
 
 
-def raw_hpub(subject: bytes, reply: str, lines: bytes, data: bytes) -> bytes:
-    """An HPUB command for a subject given as bytes (one that is not UTF-8)."""
-    hlen = len(b"NATS/1.0\r\n") + len(lines) + 2
-    return b"HPUB %s %s %d %d\r\nNATS/1.0\r\n%s\r\n%s\r\n" % (
-        subject,
-        reply.encode(),
-        hlen,
-        hlen + len(data),
-        lines,
-        data,
-    )
-
-
 async def publish_raw(
     url: str, items: list[tuple[str | bytes, bytes, list[tuple[str, str | bytes]]]]
 ) -> list[int]:
@@ -125,11 +112,9 @@ async def publish_raw(
                     fut.set_result(d)
 
             sub = await nc.raw_subscribe(reply, on_ack)
-            if isinstance(subject, bytes):
-                await nc._send_command(raw_hpub(subject, reply, header_lines(headers), data))
-                await nc.flush()  # sent now, not with the next ping
-            else:
-                await nc.publish_encoded(subject, reply, header_lines(headers), data)
+            # A bytes subject as the client reads one back (wire.wire_text), written as it was.
+            text = wire.wire_text(subject) if isinstance(subject, bytes) else subject
+            await nc.publish_encoded(text, reply, header_lines(headers), data)
             ack = json.loads(await asyncio.wait_for(fut, 10))
             await nc.raw_unsubscribe(sub)
             assert "error" not in ack, ack

@@ -8,6 +8,7 @@ import signal
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -92,6 +93,17 @@ def test_start_positions_filter_and_max_age(source_server, nats_server, tmp_path
     assert {m.subject for m in run(read_all(dst, "T_FILT"))} == {"t.filt.a"}
 
 
+async def stream_config(url: str, stream: str) -> Any:
+    """A stream's configuration as its server holds it."""
+    nc = await nats.connect(url)
+    try:
+        info = await stream_info(nc, stream)
+        assert info is not None, stream
+        return info.config
+    finally:
+        await nc.close()
+
+
 def test_target_created_from_source_config(source_server, nats_server, tmp_path: Path) -> None:
     src, dst = source_server.url, nats_server.url
     run(create_stream(src, "REG", ["reg.>"], max_age=3600.0, max_msgs_per_subject=5, duplicate_window=30.0))
@@ -115,14 +127,7 @@ def test_target_created_from_source_config(source_server, nats_server, tmp_path:
     finally:
         assert rep.stop() == 0
 
-    async def target_config():  # type: ignore[no-untyped-def]
-        nc = await nats.connect(dst)
-        try:
-            return (await stream_info(nc, "CENTRAL")).config  # type: ignore[union-attr]
-        finally:
-            await nc.close()
-
-    tc = run(target_config())
+    tc = run(stream_config(dst, "CENTRAL"))
     assert tc.subjects == ["dc1.reg.>"]
     assert tc.max_age == 3600.0 and tc.max_msgs_per_subject == 5 and tc.duplicate_window == 30.0
     # Open to fast-ingest batches, the copies' way in, on servers that take them (2.14+; here 2.15).
@@ -164,14 +169,7 @@ def test_a_source_with_per_message_ttls_is_copied_with_them(
         assert [m.data for m in copies] == [b"1", b"2", b"3"], target
         assert [first_value(m.headers, "Nats-TTL") for m in copies] == ["1h", None, "2h"], target
 
-    async def created_config():  # type: ignore[no-untyped-def]
-        nc = await nats.connect(dst)
-        try:
-            return (await stream_info(nc, "TTL")).config  # type: ignore[union-attr]
-        finally:
-            await nc.close()
-
-    assert run(created_config()).allow_msg_ttl is True
+    assert run(stream_config(dst, "TTL")).allow_msg_ttl is True
 
 
 def test_source_created_late_and_no_target_create(source_server, nats_server, tmp_path: Path) -> None:
