@@ -7,12 +7,13 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-_NS = "choria_stream_replicator_replicator"
+# Every metric name's prefix.
+NS = "choria_stream_replicator_replicator"
 _SCRAPED = {
-    f"{_NS}_total_messages": "received",
-    f"{_NS}_copied_messages": "copied",
-    f"{_NS}_stream_lag_messages": "lag",
-    f"{_NS}_stream_sequence": "sequence",
+    f"{NS}_total_messages": "received",
+    f"{NS}_copied_messages": "copied",
+    f"{NS}_stream_lag_messages": "lag",
+    f"{NS}_stream_sequence": "sequence",
 }
 
 
@@ -48,7 +49,7 @@ def scrape(url: str, timeout: float = 2, worker: str | None = None) -> dict[str,
     which = {} if worker is None else {"worker": worker}
     out = {key: sum(s.value for s in samples_of(families, name, **which)) for name, key in _SCRAPED.items()}
     out["batches"] = sum(
-        s.value for s in samples_of(families, f"{_NS}_batch_duration_seconds", "_count", **which)
+        s.value for s in samples_of(families, f"{NS}_batch_duration_seconds", "_count", **which)
     )
     return out
 
@@ -57,7 +58,7 @@ def batch_steps(url: str, timeout: float = 5) -> dict[str, tuple[float, float]]:
     """{step: (seconds summed, batches)} of the replicator's batch_step_seconds histogram,
     summed over its streams (replicator.spark.listener feeds it)."""
     out: dict[str, tuple[float, float]] = {}
-    for s in read_samples(url, timeout).get(f"{_NS}_batch_step_seconds", []):
+    for s in read_samples(url, timeout).get(f"{NS}_batch_step_seconds", []):
         seconds, batches = out.get(s.labels.get("step", ""), (0.0, 0.0))
         if s.name.endswith("_sum"):
             seconds += s.value

@@ -28,6 +28,13 @@ class Progress:
         return f"{received:,} read, {copied:,} copied{rate}; lag {behind} messages"
 
 
+def source_lag(first_seq: int, last_seq: int, floor: int) -> int:
+    """Messages an entry has still to handle: those above its floor (the last source sequence
+    it handled) up to `last_seq`, not counting those below the stream's `first_seq` (expired,
+    purged or removed: nothing is left to copy of them)."""
+    return max(0, last_seq - max(floor, first_seq - 1))
+
+
 # A batch slower than this gets a line with where its time went (Spark's own breakdown).
 SLOW_BATCH_S = 5.0
 

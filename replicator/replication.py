@@ -56,6 +56,7 @@ from replicator.nats.jetstream import (
 )
 from replicator.nats.urls import parse_nats_url
 from replicator.options import ReaderOptions, SamplingOptions
+from replicator.progress import source_lag
 from replicator.sampling.choria_state import (
     ChoriaStateError,
     choria_state_file,
@@ -851,31 +852,44 @@ class StreamReplication:
                 )
             )
 
-    def _source_last_seq(self, filtered: bool = False) -> int | None:
-        """The source stream's last sequence now (`filtered`: the last on the entry's
-        filter_subject), None when it cannot be asked."""
+    def _source_last_seq(self) -> int | None:
+        """The source stream's last sequence now, None when it cannot be asked."""
 
         async def last() -> int | None:
             info = await stream_info(self._source_nc, self.s.stream)
-            if info is None:
-                return None
-            if filtered:
-                return await last_sequence(self._source_nc, info, self.s.filter_subject)
-            return int(info.state.last_seq)
+            return None if info is None else int(info.state.last_seq)
 
         try:
             return self.loop.run(last(), 5)
         except Exception:
             return None
 
+    def _source_span(self) -> tuple[int, int] | None:
+        """The source stream's first sequence and its last on the entry's filter_subject, now;
+        None when they cannot be asked."""
+
+        async def span() -> tuple[int, int] | None:
+            info = await stream_info(self._source_nc, self.s.stream)
+            if info is None:
+                return None
+            return int(info.state.first_seq), await last_sequence(
+                self._source_nc, info, self.s.filter_subject
+            )
+
+        try:
+            return self.loop.run(span(), 5)
+        except Exception:
+            return None
+
     def update_lag(self) -> int | None:
-        """Source lag (last stream sequence - last copied sequence), also set as a metric."""
+        """Source lag (progress.source_lag: what is left to handle of what the source still
+        holds), also set as a metric."""
         if self._source_nc is None or self.sink is None:
             return None
-        last_seq = self._source_last_seq(filtered=True)
-        if last_seq is None:
+        span = self._source_span()
+        if span is None:
             return None
-        lag = max(0, last_seq - self.sink.floor)
+        lag = source_lag(*span, self.sink.floor)
         self.sink.labels.of(metrics().lag).set(lag)
         self.lag = lag
         return lag

@@ -28,6 +28,8 @@ from helpers import (
 )
 from nats.js.api import StreamConfig
 
+from harness.localnats import free_port
+from harness.scrape import NS, read_samples, samples_of
 from harness.streams import count_messages as count
 from harness.streams import read_all
 from replicator.nats.jetstream import stream_info
@@ -91,6 +93,42 @@ def test_start_positions_filter_and_max_age(source_server, nats_server, tmp_path
     assert _seqs(dst, "T_FILT") == list(range(2, 101, 2))
     assert [m.data for m in run(read_all(dst, "T_AGE"))] == [b"fresh"] * 7
     assert {m.subject for m in run(read_all(dst, "T_FILT"))} == {"t.filt.a"}
+
+
+def test_a_source_whose_messages_all_expired_shows_no_lag(source_server, nats_server, tmp_path: Path) -> None:
+    """Messages that expired before the replicator started can never be copied: its lag is 0,
+    not the sequences they left behind (which it showed until a new message arrived), and what
+    arrives afterwards is copied."""
+    src, dst = source_server.url, nats_server.url
+    run(create_stream(src, "GONE", ["gone.>"], max_age=2.0))
+    run(publish(src, [("gone.x", b"expired", None) for _ in range(5)]))
+    wait_for(lambda: run(count(src, "GONE")) == 0, SLOW_S, "every source message expired")
+    port = free_port()
+    entry = {
+        "name": "gone",
+        "stream": "GONE",
+        "source_url": src,
+        "target_url": dst,
+        "target_stream": "T_GONE",
+    }
+    rep = start_replicator(write_config(tmp_path / "sr.yaml", "dc1", [entry], monitor_port=port))
+    metrics_url = f"http://127.0.0.1:{port}/metrics"
+
+    def lag() -> list[float]:
+        return [s.value for s in samples_of(read_samples(metrics_url), f"{NS}_stream_lag_messages")]
+
+    try:
+        rep.wait_ready(SLOW_S)
+        wait_for(lambda: "GONE/gone: replicating" in rep.output() and lag() != [], SLOW_S, "a lag", rep)
+        for _ in range(3):  # set each second (replicator.runner)
+            assert lag() == [0.0], rep.output()
+            time.sleep(1)
+        run(publish(src, [("gone.x", b"fresh", None) for _ in range(3)]))
+        wait_for(lambda: run(count(dst, "T_GONE")) >= 3, SLOW_S, "the fresh messages copied", rep)
+        wait_for(lambda: lag() == [0.0], SLOW_S, "lag 0 again", rep)
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert _seqs(dst, "T_GONE") == [6, 7, 8]
 
 
 async def stream_config(url: str, stream: str) -> Any:

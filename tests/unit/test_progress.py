@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replicator.progress import Progress, slow_batch_line
+from replicator.progress import Progress, slow_batch_line, source_lag
 
 
 def test_the_first_line_gives_totals_and_later_ones_the_rate_since_the_last() -> None:
@@ -32,3 +32,14 @@ def test_a_slow_batch_names_its_slowest_steps_first() -> None:
     assert (
         slow_batch_line(progress) == "batch 7 took 12.3 s (addBatch 10.1 s, queryPlanning 1.2 s); 4,299 rows"
     )
+
+
+def test_lag_counts_what_is_left_to_handle_of_what_the_source_still_holds() -> None:
+    assert source_lag(first_seq=1, last_seq=10, floor=4) == 6
+    # Sequences 1-7 expired while the entry was down, after it had handled up to 4: 8-10 are left.
+    assert source_lag(first_seq=8, last_seq=10, floor=4) == 3
+    # Every message expired before the entry started: nothing is left, whatever its floor.
+    assert source_lag(first_seq=11, last_seq=10, floor=0) == 0
+    assert source_lag(first_seq=11, last_seq=10, floor=10) == 0
+    # A floor past the stream's end (a checkpoint's, before a resume reads it) is no lag.
+    assert source_lag(first_seq=1, last_seq=10, floor=12) == 0
