@@ -36,6 +36,7 @@ from replicator.defaults import (
 from replicator.durations import parse_duration
 from replicator.election import election_key
 from replicator.nats.tls import TLSFiles
+from replicator.nats.wire import HEADER_NAME
 from replicator.subjects import subject_problem
 from replicator.yaml_files import read_yaml
 
@@ -93,14 +94,11 @@ def _refuse_choria(v: Any) -> Any:
 ChoriaCredentials = Annotated[Any, BeforeValidator(_refuse_choria)]
 
 
-# The header names nats-py publishes (RFC 7230 token characters, once trimmed); it refuses any
-# other at every publish. Values need no check: it trims them and sends a line break as a space.
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-
-
 def _header_names(headers: dict[str, str]) -> dict[str, str]:
+    # nats-py's publish, which sends heartbeats, refuses any other name (once trimmed) at every
+    # publish. Values need no check: it trims them and sends a line break as a space.
     for name in headers:
-        if not _HEADER_NAME.fullmatch(name.strip()):
+        if not HEADER_NAME.fullmatch(name.strip()):
             raise ValueError(
                 f"{name!r} is not a header name: use ASCII letters, digits and - . _ (e.g. X-Origin), "
                 "no spaces or ( ) , / : ; < = > ? @ [ ] { }"

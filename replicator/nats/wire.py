@@ -5,9 +5,10 @@ Headers are a list of (name, value) pairs in wire order: a name may repeat (NATS
 multi-valued, like HTTP's), and a copy must carry every value. Reading follows nats-py's rules
 (lines without a colon and names with blanks or not ASCII skipped, values trimmed of ASCII
 blanks), except that a value keeps bytes that are not UTF-8 (TEXT_ERRORS). A copy's lines are
-written back as read (encode_read_header_lines); headers made here are encoded as nats-py's
-publish encodes them (encode_header_lines). tests/unit/nats/test_wire.py checks both against
-nats-py, and the integration tests against what nats-server stores.
+written back as read (encode_read_header_lines). encode_header_lines encodes headers as
+nats-py's publish does: the tests publish their data with it, and heartbeats' names are checked
+as it checks them (HEADER_NAME). tests/unit/nats/test_wire.py checks both against nats-py, and
+the integration tests against what nats-server stores.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ carries neither headers nor payload, and its subject only as text (see to_sampli
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -125,28 +126,30 @@ def to_record_batch(stream: str, msgs: Sequence[RawMessage]) -> pa.RecordBatch:
     )
 
 
+def _exact_where_given(
+    table: pa.Table, column: str, exact_column: str, read: Callable[[Any], Any]
+) -> list[Any]:
+    """`column`'s values, each replaced by `read` of `exact_column`'s where that is not null."""
+    values: list[Any] = table.column(column).to_pylist()
+    exact = table.column(exact_column)
+    if exact.null_count == len(exact):
+        return values
+    for i, raw in enumerate(exact.to_pylist()):
+        if raw is not None:
+            values[i] = read(raw)
+    return values
+
+
 def copied_subjects(table: pa.Table) -> list[str]:
     """Each row's subject as its source message has it, for its copy: `subject`, or where it was
     not UTF-8 its bytes from `subject_bytes` (read back as wire.wire_text reads them)."""
-    subjects: list[str] = table.column("subject").to_pylist()
-    exact = table.column("subject_bytes")
-    if exact.null_count == len(exact):
-        return subjects
-    for i, raw in enumerate(exact.to_pylist()):
-        if raw is not None:
-            subjects[i] = wire_text(raw)
-    return subjects
+    return _exact_where_given(table, "subject", "subject_bytes", wire_text)
 
 
 def copied_headers(table: pa.Table) -> list[Headers | None]:
     """Each row's headers as its source message holds them, for its copy: `headers`, or where
     a value was not UTF-8 the values' bytes from `header_bytes` (read back as wire.wire_text
     reads them)."""
-    headers: list[Headers | None] = table.column("headers").to_pylist()
-    exact = table.column("header_bytes")
-    if exact.null_count == len(exact):
-        return headers
-    for i, pairs in enumerate(exact.to_pylist()):
-        if pairs is not None:
-            headers[i] = [(k, wire_text(v)) for k, v in pairs]
-    return headers
+    return _exact_where_given(
+        table, "headers", "header_bytes", lambda pairs: [(k, wire_text(v)) for k, v in pairs]
+    )
