@@ -133,7 +133,7 @@ def test_a_source_whose_messages_all_expired_shows_no_lag(source_server, nats_se
 
 async def stream_config(url: str, stream: str) -> Any:
     """A stream's configuration as its server holds it."""
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))
     try:
         info = await stream_info(nc, stream)
         assert info is not None, stream
@@ -173,14 +173,16 @@ def test_target_created_from_source_config(source_server, nats_server, tmp_path:
 
 
 def test_a_source_with_per_message_ttls_is_copied_with_them(
-    source_server, nats_server, tmp_path: Path
+    source_like_target, target_of_each_kind, tmp_path: Path
 ) -> None:
     """A target the replicator creates allows per-message TTLs where the source does, so the
     copies keep their Nats-TTL. A target created without them refuses such a copy: one line that
-    names the setting, the entry held there; once the operator allows them, the copies land."""
-    src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "TTL", ["ttl.>"], allow_msg_ttl=True))
-    run(create_stream(dst, "PLAIN", ["plain.ttl.>"]))  # the operator's, without TTLs
+    names the setting, the entry held there; once the operator allows them, the copies land.
+    On single servers and on R3 streams."""
+    target, replicas = target_of_each_kind
+    src, dst = source_like_target.url, target.url
+    run(create_stream(src, "TTL", ["ttl.>"], allow_msg_ttl=True, num_replicas=replicas))
+    run(create_stream(dst, "PLAIN", ["plain.ttl.>"], num_replicas=replicas))  # the operator's, without TTLs
     run(
         publish(
             src,
@@ -198,7 +200,14 @@ def test_a_source_with_per_message_ttls_is_copied_with_them(
         fix = "per-message TTL is disabled (code 10166): allow them on the target stream (allow_msg_ttl)"
         wait_for(lambda: fix in rep.output(), SLOW_S, "the refusal", rep)
         assert run(count(dst, "PLAIN")) == 0  # held at the first copy with a TTL
-        run(update_stream(dst, StreamConfig(name="PLAIN", subjects=["plain.ttl.>"], allow_msg_ttl=True)))
+        run(
+            update_stream(
+                dst,
+                StreamConfig(
+                    name="PLAIN", subjects=["plain.ttl.>"], allow_msg_ttl=True, num_replicas=replicas
+                ),
+            )
+        )
         wait_for(lambda: run(count(dst, "PLAIN")) >= 3, SLOW_S, "the copies once TTLs are allowed", rep)
     finally:
         assert rep.stop() == 0, rep.output()

@@ -255,18 +255,20 @@ ODD_HEADERS: list[tuple[str, str | bytes]] = [
 
 
 def test_headers_no_client_here_would_send_are_copied_byte_for_byte(
-    source_server: NatsCluster, nats_server: NatsCluster, tmp_path: Path
+    source_like_target: NatsCluster, target_of_each_kind: tuple[NatsCluster, int], tmp_path: Path
 ) -> None:
     """A header's bytes and a subject's are the sender's: a copy keeps them exactly, whichever
     way it is made (copied ahead or live by the driver, from a batch's rows read by the driver or
     by Spark's tasks through the JVM, read by a pull consumer where a stream has no direct gets,
     a sampled entry's read-back), and a sender named by such a header is still sampled and
-    advised, each byte that is not UTF-8 as U+FFFD."""
-    src, dst = source_server.url, nats_server.url
-    run(create_stream(src, "RAW", ["raw.>"]))
-    run(create_stream(src, "PULL", ["pull.>"], allow_direct=False))
-    run(create_stream(src, "REG", ["reg.>"]))
-    run(create_stream(src, "ADV", ["adv.>"]))
+    advised, each byte that is not UTF-8 as U+FFFD. On single servers and on R3 streams, where
+    the copies are read from replicas and go to the target in fast-ingest batches."""
+    target, replicas = target_of_each_kind
+    src, dst = source_like_target.url, target.url
+    run(create_stream(src, "RAW", ["raw.>"], num_replicas=replicas))
+    run(create_stream(src, "PULL", ["pull.>"], allow_direct=False, num_replicas=replicas))
+    run(create_stream(src, "REG", ["reg.>"], num_replicas=replicas))
+    run(create_stream(src, "ADV", ["adv.>"], num_replicas=replicas))
 
     def raw_items(tag: str) -> list[tuple[str | bytes, bytes, list[tuple[str, str | bytes]]]]:
         # The last with a subject that is not UTF-8 either.
@@ -339,7 +341,11 @@ def test_headers_no_client_here_would_send_are_copied_byte_for_byte(
             assert dst_data == src_data
     # Where nothing is sampled out, the copies are the source's messages, in order (the stored
     # subjects read by direct gets, allowed on PULL now that it is copied).
-    run(update_stream(src, StreamConfig(name="PULL", subjects=["pull.>"], allow_direct=True)))
+    run(
+        update_stream(
+            src, StreamConfig(name="PULL", subjects=["pull.>"], allow_direct=True, num_replicas=replicas)
+        )
+    )
     for stream, first in (("PULL", slice(None)), ("REG", slice(3))):
         assert run(stored_subjects(dst, stream)) == run(stored_subjects(src, stream))[first], stream
         copies, originals = run(raw_messages(dst, stream)), run(raw_messages(src, stream))[first]

@@ -81,11 +81,14 @@ def test_a_copy_from_a_start_time_starts_at_the_first_message_stored_since(
     assert run(_start(url, "S", cut)) == 7
 
 
-def test_a_message_with_its_own_status_header_is_found_by_its_time(nats_server: NatsCluster) -> None:
+def test_a_message_with_its_own_status_header_is_found_by_its_time(
+    target_of_each_kind: tuple[NatsCluster, int],
+) -> None:
     """A stored message's own `Status` header (a copy carries its source's) is not the reply's
-    status: the server's answer names the message found."""
-    url = nats_server.url
-    run(create_stream(url, "ST", ["st.>"]))
+    status: the server's answer names the message found (a single server, and an R3 stream)."""
+    cluster, replicas = target_of_each_kind
+    url = cluster.url
+    run(create_stream(url, "ST", ["st.>"], num_replicas=replicas))
     before = datetime.now(UTC) - timedelta(seconds=5)
     seqs = run(publish_raw(url, [("st.a", b"x", [("Status", "404"), ("Description", "mine")])]))
 
