@@ -21,6 +21,7 @@ from helpers import (
     publish_raw,
     run,
     start_replicator,
+    stream_last_sequence,
     update_stream,
     wait_for,
     wait_handled,
@@ -217,6 +218,52 @@ def test_a_source_with_per_message_ttls_is_copied_with_them(
         assert [first_value(m.headers, "Nats-TTL") for m in copies] == ["1h", None, "2h"], target
 
     assert run(stream_config(dst, "TTL")).allow_msg_ttl is True
+
+
+def test_a_source_s_delete_markers_are_copied_after_what_came_before_them(
+    source_like_target, target_of_each_kind, tmp_path: Path
+) -> None:
+    """A source with subject_delete_marker_ttl stores a marker when a subject's last message
+    expires (`Nats-Marker-Reason`, `Nats-TTL`, `Nats-Rollup: sub`). A target the replicator
+    creates allows TTLs (such a source does), so the marker's copy is stored with those headers,
+    after the copy before it: once each, nothing held. On single servers and on R3 streams."""
+    target, replicas = target_of_each_kind
+    src, dst = source_like_target.url, target.url
+    run(
+        create_stream(
+            src, "DM", ["dm.>"], max_age=5.0, allow_msg_ttl=True, subject_delete_marker_ttl=60.0,
+            num_replicas=replicas,
+        )
+    )  # fmt: skip
+    entry = {"stream": "DM", "source_url": src, "target_url": dst}
+    rep = start_replicator(write_config(tmp_path / "sr.yaml", "dc1", [entry]))
+    # A marker is removed when the stream's max_age has passed since it was stored, whatever
+    # its Nats-TTL (2.15): each is read while it is there.
+    markers: dict[str, Any] = {}
+
+    def marker_in(url: str) -> bool:
+        found = [m for m in run(read_all(url, "DM")) if first_value(m.headers, "Nats-Marker-Reason")]
+        if found:
+            markers[url] = found
+        return bool(found)
+
+    try:
+        rep.wait_ready(SLOW_S)
+        run(publish(src, [("dm.a", b"short-lived", None)], stream="DM"))
+        wait_for(lambda: run(stream_last_sequence(dst, "DM")) >= 1, SLOW_S, "the message's copy", rep)
+        wait_for(lambda: marker_in(src), SLOW_S, "the source's marker")
+        wait_for(lambda: marker_in(dst), SLOW_S, "the marker's copy", rep)
+        time.sleep(1)  # anything more would have landed
+    finally:
+        assert rep.stop() == 0, rep.output()
+    assert run(stream_last_sequence(dst, "DM")) == 2  # the message's copy, then the marker's: once
+    [marker], [copy] = markers[src], markers[dst]
+    assert (marker.seq, copy.seq) == (2, 2)
+    # The copy's own, and the chain's condition (stored with it)
+    added = {"Choria-SR-Source", "Nats-Msg-Id", "Nats-Expected-Last-Msg-Id", "Nats-Expected-Last-Sequence"}
+    assert [(k, v) for k, v in copy.headers if k not in added] == marker.headers
+    assert first_value(marker.headers, "Nats-Marker-Reason") == "MaxAge"
+    assert run(stream_config(dst, "DM")).allow_msg_ttl is True
 
 
 def test_source_created_late_and_no_target_create(source_server, nats_server, tmp_path: Path) -> None:
