@@ -630,6 +630,16 @@ def _int_hint(value: Any) -> str:
     return "expected an integer: write a whole number"
 
 
+# A number out of its key's range: pydantic's error type -> (its bound in the error's context,
+# what to write instead).
+_BOUNDS = {
+    "greater_than_equal": ("ge", "at least"),
+    "greater_than": ("gt", "more than"),
+    "less_than_equal": ("le", "at most"),
+    "less_than": ("lt", "less than"),
+}
+
+
 def _one_line(err: ValidationError) -> str:
     first = err.errors()[0]
     where = _location(first["loc"]) or "config"
@@ -640,6 +650,9 @@ def _one_line(err: ValidationError) -> str:
         msg = "is required"
     elif first["type"] == "int_type":
         msg = _int_hint(first.get("input"))
+    elif first["type"] in _BOUNDS and "ctx" in first:
+        bound, write = _BOUNDS[first["type"]]
+        msg = f"{first.get('input')} is out of range: write a number {write} {first['ctx'][bound]}"
     more = len(err.errors()) - 1
     return f"{where}: {msg}" + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")
 

@@ -326,7 +326,15 @@ def test_copy_live_is_unset_by_default_and_refused_only_when_asked_for_where_it_
             'streams[0].start_sequence: expected an integer, got the string "5": write it without quotes',
         ),
         ({"lanes": 1.5}, "streams[0].lanes: expected an integer: write a whole number"),
-        ({"start_sequence": 2**64}, "streams[0].start_sequence: Input should be less than or equal to"),
+        (
+            {"start_sequence": 2**64},
+            f"streams[0].start_sequence: {2**64} is out of range: write a number at most {2**64 - 1}",
+        ),
+        (
+            {"batch_max_bytes": 5},
+            "streams[0].batch_max_bytes: 5 is out of range: write a number at least 1048576",
+        ),
+        ({"size_trigger": -1}, "streams[0].size_trigger: -1 is out of range: write a number at least 0"),
         (
             {"inspect_field": "sender", "inspect_duration": "1h", "warn_duration": "0s"},
             "streams[0]: warn_duration must be more than 0",
