@@ -620,11 +620,22 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+def _shown(value: Any) -> str:
+    """A value the user wrote, on one short line."""
+    text = value if isinstance(value, str) else str(value)
+    text = text if len(text) <= 24 else text[:20] + "..."
+    return json.dumps(text) if isinstance(value, str) else text
+
+
+def _number(value: Any) -> str:
+    """A bound as it would be written: 0, not pydantic's 0.0 for a float key's `ge=0`."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
 def _int_hint(value: Any) -> str:
     # Integers are strict (as Go's JSON decoding of Choria's config is): say what to write instead.
     if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
-        shown = json.dumps(value if len(value) <= 24 else value[:20] + "...")
-        return f"expected an integer, got the string {shown}: write it without quotes"
+        return f"expected an integer, got the string {_shown(value)}: write it without quotes"
     if isinstance(value, bool):
         return f"expected an integer, got {str(value).lower()}: write a number"
     return "expected an integer: write a whole number"
@@ -650,9 +661,9 @@ def _one_line(err: ValidationError) -> str:
         msg = "is required"
     elif first["type"] == "int_type":
         msg = _int_hint(first.get("input"))
-    elif first["type"] in _BOUNDS and "ctx" in first:
+    elif first["type"] in _BOUNDS and _BOUNDS[first["type"]][0] in first.get("ctx", {}):
         bound, write = _BOUNDS[first["type"]]
-        msg = f"{first.get('input')} is out of range: write a number {write} {first['ctx'][bound]}"
+        msg = f"{_shown(first.get('input'))} is out of range: write a number {write} {_number(first['ctx'][bound])}"
     more = len(err.errors()) - 1
     return f"{where}: {msg}" + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")
 

@@ -40,12 +40,14 @@ pytestmark = pytest.mark.integration
 
 
 def _seqs(url: str, stream: str) -> list[int]:
+    return _seqs_of(run(read_all(url, stream)))
+
+
+def _seqs_of(copies: list[Any]) -> list[int]:
+    """The source sequence each copy names (Choria-SR-Source)."""
     from replicator.headers import SOURCE_HEADER, parse_source_header
 
-    return [
-        parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence
-        for m in run(read_all(url, stream))
-    ]  # type: ignore[union-attr]
+    return [parse_source_header(first_value(m.headers, SOURCE_HEADER)).sequence for m in copies]  # type: ignore[union-attr]
 
 
 def test_start_positions_filter_and_max_age(source_server, nats_server, tmp_path: Path) -> None:
@@ -217,7 +219,8 @@ def test_a_source_with_per_message_ttls_is_copied_with_them(
         assert [m.data for m in copies] == [b"1", b"2", b"3"], target
         assert [first_value(m.headers, "Nats-TTL") for m in copies] == ["1h", None, "2h"], target
 
-    assert run(stream_config(dst, "TTL")).allow_msg_ttl is True
+    cfg = run(stream_config(dst, "TTL"))
+    assert cfg.allow_msg_ttl is True and cfg.num_replicas == replicas
 
 
 def test_a_source_s_delete_markers_are_copied_after_what_came_before_them(
@@ -231,39 +234,45 @@ def test_a_source_s_delete_markers_are_copied_after_what_came_before_them(
     src, dst = source_like_target.url, target.url
     run(
         create_stream(
-            src, "DM", ["dm.>"], max_age=5.0, allow_msg_ttl=True, subject_delete_marker_ttl=60.0,
+            src, "DM", ["dm.>"], max_age=10.0, allow_msg_ttl=True, subject_delete_marker_ttl=60.0,
             num_replicas=replicas,
         )
     )  # fmt: skip
     entry = {"stream": "DM", "source_url": src, "target_url": dst}
     rep = start_replicator(write_config(tmp_path / "sr.yaml", "dc1", [entry]))
-    # A marker is removed when the stream's max_age has passed since it was stored, whatever
-    # its Nats-TTL (2.15): each is read while it is there.
-    markers: dict[str, Any] = {}
+    # Messages and markers are removed once the stream's max_age has passed since they were
+    # stored, whatever a marker's Nats-TTL (2.15): each is read while it is there (the target
+    # the replicator creates has the same max_age).
+    seen: dict[str, list[Any]] = {}
 
-    def marker_in(url: str) -> bool:
-        found = [m for m in run(read_all(url, "DM")) if first_value(m.headers, "Nats-Marker-Reason")]
-        if found:
-            markers[url] = found
-        return bool(found)
+    def holds(url: str, n: int) -> bool:
+        seen[url] = run(read_all(url, "DM"))
+        return len(seen[url]) >= n
 
     try:
         rep.wait_ready(SLOW_S)
         run(publish(src, [("dm.a", b"short-lived", None)], stream="DM"))
-        wait_for(lambda: run(stream_last_sequence(dst, "DM")) >= 1, SLOW_S, "the message's copy", rep)
-        wait_for(lambda: marker_in(src), SLOW_S, "the source's marker")
-        wait_for(lambda: marker_in(dst), SLOW_S, "the marker's copy", rep)
-        time.sleep(1)  # anything more would have landed
+        wait_for(lambda: holds(dst, 1), SLOW_S, "the message's copy", rep)
+        first = seen[dst][0]
+        wait_for(lambda: holds(src, 1) and seen[src][0].seq == 2, SLOW_S, "the source's marker")
+        [marker] = seen[src]
+        wait_for(lambda: run(stream_last_sequence(dst, "DM")) >= 2, SLOW_S, "the marker's copy", rep)
+        [copy] = [m for m in run(read_all(dst, "DM")) if m.seq == 2]
+        wait_handled(rep, src, "DM")  # a copy sent again would have landed by now
     finally:
         assert rep.stop() == 0, rep.output()
     assert run(stream_last_sequence(dst, "DM")) == 2  # the message's copy, then the marker's: once
-    [marker], [copy] = markers[src], markers[dst]
-    assert (marker.seq, copy.seq) == (2, 2)
+    assert _seqs_of([first, copy]) == [1, 2] and (first.data, marker.seq) == (b"short-lived", 2)
     # The copy's own, and the chain's condition (stored with it)
     added = {"Choria-SR-Source", "Nats-Msg-Id", "Nats-Expected-Last-Msg-Id", "Nats-Expected-Last-Sequence"}
     assert [(k, v) for k, v in copy.headers if k not in added] == marker.headers
-    assert first_value(marker.headers, "Nats-Marker-Reason") == "MaxAge"
-    assert run(stream_config(dst, "DM")).allow_msg_ttl is True
+    assert {k: v for k, v in marker.headers} == {
+        "Nats-Marker-Reason": "MaxAge",
+        "Nats-TTL": "1m0s",
+        "Nats-Rollup": "sub",
+    }
+    cfg = run(stream_config(dst, "DM"))
+    assert cfg.allow_msg_ttl is True and cfg.num_replicas == replicas
 
 
 def test_source_created_late_and_no_target_create(source_server, nats_server, tmp_path: Path) -> None:

@@ -336,6 +336,14 @@ def test_copy_live_is_unset_by_default_and_refused_only_when_asked_for_where_it_
         ),
         ({"size_trigger": -1}, "streams[0].size_trigger: -1 is out of range: write a number at least 0"),
         (
+            {"size_trigger": " -1\n"},  # a float key takes a string: shown quoted, on one line
+            'streams[0].size_trigger: " -1\\n" is out of range: write a number at least 0',
+        ),
+        (
+            {"lanes": 10**30},
+            "streams[0].lanes: 10000000000000000000... is out of range: write a number at most 1024",
+        ),
+        (
             {"inspect_field": "sender", "inspect_duration": "1h", "warn_duration": "0s"},
             "streams[0]: warn_duration must be more than 0",
         ),
@@ -536,3 +544,9 @@ def test_heartbeat_intervals_under_1s_and_batch_max_bytes_outside_1_mib_to_1_gib
         with pytest.raises(ConfigError, match=r"^streams\[0\]\.batch_max_bytes: ") as e:
             parse_config(cfg)
         assert "\n" not in str(e.value), str(e.value)
+
+
+def test_a_float_key_s_bound_is_written_as_the_user_would_write_it() -> None:
+    with pytest.raises(ConfigError) as failed:
+        parse_config({"name": "dc1", "streams": [_entry(size_trigger=-1)]})
+    assert str(failed.value) == "streams[0].size_trigger: -1 is out of range: write a number at least 0"
