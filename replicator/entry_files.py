@@ -16,8 +16,13 @@ def entry_name(s: StreamConfig) -> str:
     if s.leader_election_name and not s.sampling:
         # A hot standby's query and files are its own (instances may share state_store): a
         # copy entry that takes over continues from the target, not from a checkpoint.
-        name += "/candidate_" + re.sub(r"[^A-Za-z0-9_.-]", "_", s.leader_election_name)
+        name += "/candidate_" + _candidate(s)
     return name
+
+
+def _candidate(s: StreamConfig) -> str:
+    """The entry's candidate name in its election, as a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", s.leader_election_name)
 
 
 def entry_dir(cfg: Config, s: StreamConfig) -> Path:
@@ -61,6 +66,13 @@ def live_mark_path(cfg: Config, s: StreamConfig) -> Path:
 
 
 def stopping_path(cfg: Config, s: StreamConfig) -> Path:
+    """While it exists the entry's query admits no new batch (it is stopping). This instance's
+    own: a sampled entry's directory is shared by its election's candidates, and a stop another
+    instance made as it stood by (or left behind when killed during it) planned nothing more in
+    the leader's query, without an error, until that process restarted (the fault campaign,
+    seed 37)."""
+    if s.leader_election_name:
+        return entry_dir(cfg, s) / f"stopping.{_candidate(s)}"
     return entry_dir(cfg, s) / "stopping"
 
 

@@ -36,7 +36,9 @@ from harness.process import ReplicatorProcess, entry_state
 from harness.scrape import metric_sum, scrape
 from harness.streams import copy_differences, read_all
 from harness.streams import count_messages as count
+from replicator.config import load_config
 from replicator.election import BUCKET
+from replicator.entry_files import stopping_path
 from replicator.headers import parse_source_header
 from replicator.nats.wire import first_value
 
@@ -312,6 +314,51 @@ def test_a_sampled_stream_across_a_kill_9_of_its_leader(
         f"{events['new'] - want_events['new']} extra `new` advisories, "
         f"{len(set(want_advs) - set(advs))} of {len(want_advs)} advisories not sent"
     )
+
+
+def test_a_stop_another_candidate_left_behind_does_not_stop_the_leaders_sampled_query(
+    source: NatsCluster,  # noqa: F811
+    target: NatsCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A sampled entry's directory is shared by its election's candidates. A candidate that
+    stands by stops its query with a stop file, removed once the query has stopped; one killed
+    in between leaves it. That file must not stop the leader's query: it was one file for every
+    candidate, so the leader's query planned no batch more, without an error, until it
+    restarted (the fault campaign, seed 37: six minutes, copies and advisories not made)."""
+    src, dst = source.url, target.url
+    run(create_stream(src, "REG", SUBJECTS))
+    run(create_stream(src, "ADV", ["choria.adv.>"]))
+    run(create_bucket(src, TTL_S))
+    store = tmp_path / "shared" / "state"
+    entries = {side: sampling_stream(src, dst, leader_election_name=f"host-{side}") for side in ("a", "b")}
+    for side, e in entries.items():
+        (tmp_path / side).mkdir()
+        write_config(tmp_path / side / "sr.yaml", "dc1", [e], state_store=str(store))
+
+    def registrations(first: int, n: int) -> list[tuple[str, bytes, None]]:
+        return [
+            (f"choria.stream.input.registration.n{i}", json.dumps({"sender": f"n{i}"}).encode(), None)
+            for i in range(first, first + n)
+        ]
+
+    a = start_replicator(tmp_path / "a" / "sr.yaml")
+    try:
+        wait_for(lambda: "became the leader" in a.output(), SLOW_S, "a leading", a)
+        a.wait_ready(SLOW_S)
+        run(publish(src, registrations(0, 5)))
+        wait_for(lambda: run(count(dst, "REG")) >= 5, SLOW_S, "a's first copies (each sender's first)", a)
+        # What b's stop leaves when b is killed before it ends (its path, as b's process names it).
+        b_cfg = load_config(tmp_path / "b" / "sr.yaml")
+        stopping_path(b_cfg, b_cfg.streams[0]).touch()
+        run(publish(src, registrations(5, 5)))
+        wait_for(lambda: run(count(dst, "REG")) >= 10, SLOW_S, "a's copies after b's stop file", a)
+        wait_handled(a, src, "REG")
+        assert a.stop() == 0, a.output()
+    finally:
+        a.kill9()
+    copied = [json.loads(m.data)["sender"] for m in run(read_all(dst, "REG"))]
+    assert copied == [f"n{i}" for i in range(10)]  # each new sender once, in order
 
 
 def partition_copies(src: str, dst: str, part: str) -> tuple[list[int], list[int]]:
