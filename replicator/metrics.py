@@ -124,7 +124,10 @@ class Metrics:
             "choria_stream_replicator_tracker_expired", "Senders expired (unseen for inspect_duration) and forgotten",
             LABELS, registry=registry,
         )  # fmt: skip
-        self.lag = gauge("stream_lag_messages", "Last source sequence minus last copied sequence")
+        self.lag = gauge(
+            "stream_lag_messages",
+            "Source messages past the last handled sequence, not counting those the source no longer holds",
+        )
         self.sequence = gauge("stream_sequence", "Last source sequence processed")
         a = "choria_stream_replicator_advisor"
         self.advisories = Counter(
